@@ -1,0 +1,1 @@
+"""Messages to tokens and back: chat templates, incremental rendering, output parsers."""

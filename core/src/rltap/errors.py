@@ -1,0 +1,151 @@
+"""rltap's exception hierarchy, the one place that knows each HTTP status.
+
+Code raises these; the proxy turns them into the OpenAI or Anthropic error envelope.
+
+    RltapError (500)
+    ├── InvalidRequest (400)
+    │   ├── ContextLengthExceeded (400, code context_length_exceeded)
+    │   └── InvalidReward (400)
+    ├── AuthenticationError (401)
+    ├── PermissionDenied (403)
+    ├── NotFound (404)
+    │   └── InteractionNotFound (404)
+    ├── Conflict (409)
+    │   └── ExportMismatch (409: a child's prompt does not extend its parent's tokens)
+    ├── SessionGone (410)
+    ├── PayloadTooLarge (413)
+    ├── CapacityExhausted (429, retry_after)
+    └── EngineError (502; is_retryable)
+        ├── EngineUnavailable (503, retryable)
+        └── EngineTimeout (504, retryable)
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AuthenticationError",
+    "CapacityExhausted",
+    "Conflict",
+    "ContextLengthExceeded",
+    "EngineError",
+    "EngineTimeout",
+    "EngineUnavailable",
+    "ExportMismatch",
+    "InteractionNotFound",
+    "InvalidRequest",
+    "InvalidReward",
+    "NotFound",
+    "PayloadTooLarge",
+    "PermissionDenied",
+    "RltapError",
+    "SessionGone",
+]
+
+
+class RltapError(Exception):
+    """Base of every error rltap raises on purpose.
+
+    `status_code` is the HTTP status, `error_type` the OpenAI-style `type` field and `code` the
+    optional machine-readable `code` field of the error body.
+    """
+
+    status_code: int = 500
+    error_type: str = "server_error"
+    code: str | None = None
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+
+class InvalidRequest(RltapError):
+    status_code = 400
+    error_type = "invalid_request_error"
+
+
+class ContextLengthExceeded(InvalidRequest):
+    code = "context_length_exceeded"
+
+
+class InvalidReward(InvalidRequest):
+    code = "invalid_reward"
+
+
+class AuthenticationError(RltapError):
+    status_code = 401
+    error_type = "authentication_error"
+    code = "invalid_api_key"
+
+
+class PermissionDenied(RltapError):
+    status_code = 403
+    error_type = "permission_error"
+
+
+class NotFound(RltapError):
+    status_code = 404
+    error_type = "not_found_error"
+
+
+class InteractionNotFound(NotFound):
+    code = "interaction_not_found"
+
+
+class Conflict(RltapError):
+    status_code = 409
+    error_type = "conflict_error"
+
+
+class ExportMismatch(Conflict):
+    code = "token_prefix_mismatch"
+
+
+class SessionGone(RltapError):
+    status_code = 410
+    error_type = "invalid_request_error"
+    code = "session_ended"
+
+
+class PayloadTooLarge(RltapError):
+    status_code = 413
+    error_type = "request_too_large"
+
+
+class CapacityExhausted(RltapError):
+    status_code = 429
+    error_type = "rate_limit_error"
+
+    def __init__(self, message: str, *, retry_after: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class EngineError(RltapError):
+    """The inference engine failed. `is_retryable` says whether the same request may succeed."""
+
+    status_code = 502
+    error_type = "api_error"
+    code = "engine_error"
+
+    def __init__(self, message: str, *, is_retryable: bool = False) -> None:
+        super().__init__(message)
+        self.is_retryable = is_retryable
+
+
+class EngineUnavailable(EngineError):
+    status_code = 503
+    error_type = "overloaded_error"
+    code = "engine_unavailable"
+
+    def __init__(self, message: str, *, is_retryable: bool = True) -> None:
+        super().__init__(message, is_retryable=is_retryable)
+
+
+class EngineTimeout(EngineError):
+    status_code = 504
+    error_type = "timeout_error"
+    code = "engine_timeout"
+
+    def __init__(self, message: str, *, is_retryable: bool = True) -> None:
+        super().__init__(message, is_retryable=is_retryable)

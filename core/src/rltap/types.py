@@ -1,0 +1,263 @@
+"""The data model: what goes into an engine, what comes out, and one recorded LLM call.
+
+`InteractionWithTokenLogpReward` keeps the seed system's name and fields so code written for
+AReaL's agentic workflow reads the same here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from rltap.errors import InvalidRequest
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "InteractionStatus",
+    "InteractionWithTokenLogpReward",
+    "LogprobConvention",
+    "ModelRequest",
+    "ModelResponse",
+    "StopReason",
+    "TokenChunk",
+    "TokenSequence",
+]
+
+
+class StopReason(enum.StrEnum):
+    STOP = "stop"  # a stop token or stop string ended generation
+    LENGTH = "length"  # max_new_tokens or the context ran out
+    ABORT = "abort"  # cancelled by the caller (client disconnect, shutdown)
+
+
+class LogprobConvention(enum.StrEnum):
+    """Which distribution the recorded logprob of each output token was taken from."""
+
+    # log_softmax(logits / temperature) of the sampled token, before top-p/top-k filtering:
+    # the embedded transformers engine.
+    TEMPERATURE_SCALED = "temperature_scaled"
+    # log_softmax(logits) of the sampled token, no temperature: vLLM's default ("raw_logprobs").
+    RAW = "raw"
+    # log_softmax of the distribution actually sampled from (after temperature, top-p, top-k).
+    PROCESSED = "processed"
+
+
+class InteractionStatus(enum.StrEnum):
+    IN_FLIGHT = "in_flight"
+    COMPLETE = "complete"
+    FAILED = "failed"
+    ABORTED = "aborted"
+
+
+@dataclass(slots=True, kw_only=True)
+class ModelRequest:
+    """Token ids in, sampling parameters for the engine.
+
+    Usage:
+        ModelRequest(input_ids=[9707, 11], max_new_tokens=32, temperature=0.7, seed=1)
+    """
+
+    input_ids: list[int]
+    max_new_tokens: int = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 disables top-k
+    stop_token_ids: list[int] = field(default_factory=list)
+    stop: list[str] = field(default_factory=list)
+    seed: int | None = None
+    request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    # The conversation the ids were rendered from. Token engines ignore it; the scripted engine
+    # decides its reply from it.
+    messages: list[dict[str, Any]] | None = None
+    tools: list[dict[str, Any]] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.input_ids:
+            msg = "input_ids must not be empty"
+            raise InvalidRequest(msg, param="input_ids")
+        if self.max_new_tokens < 1:
+            msg = f"max_new_tokens must be >= 1, got {self.max_new_tokens}"
+            raise InvalidRequest(msg, param="max_tokens")
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
+            msg = f"temperature must be a finite number >= 0, got {self.temperature}"
+            raise InvalidRequest(msg, param="temperature")
+        if not (math.isfinite(self.top_p) and 0 < self.top_p <= 1):
+            msg = f"top_p must be in (0, 1], got {self.top_p}"
+            raise InvalidRequest(msg, param="top_p")
+        if self.top_k < 0:
+            msg = f"top_k must be >= 0 (0 disables it), got {self.top_k}"
+            raise InvalidRequest(msg, param="top_k")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0 or self.top_k == 1
+
+
+@dataclass(slots=True, kw_only=True)
+class TokenChunk:
+    """Tokens an engine produced since its previous chunk, as they stream out.
+
+    The last chunk of a stream carries `stop_reason`; it may hold no tokens.
+    """
+
+    token_ids: list[int]
+    logprobs: list[float]
+    versions: list[int]
+    stop_reason: StopReason | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class ModelResponse:
+    """What an engine consumed and produced for one request, token for token."""
+
+    input_tokens: list[int]
+    output_tokens: list[int] = field(default_factory=list)
+    output_logprobs: list[float] = field(default_factory=list)
+    output_versions: list[int] = field(default_factory=list)
+    stop_reason: StopReason = StopReason.STOP
+    logprob_convention: LogprobConvention = LogprobConvention.TEMPERATURE_SCALED
+    latency: float = 0.0  # seconds the engine spent on this request
+
+    def __post_init__(self) -> None:
+        n = len(self.output_tokens)
+        if len(self.output_logprobs) != n or len(self.output_versions) != n:
+            msg = (
+                f"output_tokens ({n}), output_logprobs ({len(self.output_logprobs)}) and "
+                f"output_versions ({len(self.output_versions)}) must have the same length"
+            )
+            raise ValueError(msg)
+
+    @property
+    def input_len(self) -> int:
+        return len(self.input_tokens)
+
+    @property
+    def output_len(self) -> int:
+        return len(self.output_tokens)
+
+    def extend(self, chunk: TokenChunk) -> None:
+        """Append a streamed chunk (the engines build their final response this way)."""
+        self.output_tokens.extend(chunk.token_ids)
+        self.output_logprobs.extend(chunk.logprobs)
+        self.output_versions.extend(chunk.versions)
+        if chunk.stop_reason is not None:
+            self.stop_reason = chunk.stop_reason
+
+
+@dataclass(slots=True, kw_only=True)
+class TokenSequence:
+    """One training sequence: ids with their loss mask, logprobs and versions, position by position."""
+
+    input_ids: list[int] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+
+    def append_prompt(self, ids: Sequence[int]) -> None:
+        self.input_ids.extend(ids)
+        self.loss_mask.extend([0] * len(ids))
+        self.logprobs.extend([0.0] * len(ids))
+        self.versions.extend([-1] * len(ids))
+
+    def append_output(self, response: ModelResponse) -> None:
+        self.input_ids.extend(response.output_tokens)
+        self.loss_mask.extend([1] * response.output_len)
+        self.logprobs.extend(response.output_logprobs)
+        self.versions.extend(response.output_versions)
+
+    @classmethod
+    def of_response(cls, response: ModelResponse) -> TokenSequence:
+        seq = cls()
+        seq.append_prompt(response.input_tokens)
+        seq.append_output(response)
+        return seq
+
+    def to_tensor_dict(self, reward: float) -> dict[str, torch.Tensor]:
+        import torch
+
+        return {
+            "input_ids": torch.tensor([self.input_ids], dtype=torch.int32),
+            "loss_mask": torch.tensor([self.loss_mask], dtype=torch.int32),
+            "logprobs": torch.tensor([self.logprobs], dtype=torch.float32),
+            "versions": torch.tensor([self.versions], dtype=torch.int32),
+            "attention_mask": torch.ones((1, len(self.input_ids)), dtype=torch.bool),
+            "rewards": torch.tensor([reward], dtype=torch.float32),
+        }
+
+
+def _new_interaction_id() -> str:
+    return f"chatcmpl-{uuid.uuid4().hex}"
+
+
+@dataclass(eq=False, kw_only=True)
+class InteractionWithTokenLogpReward:
+    """One LLM call of an agent, recorded at the token level.
+
+    `reward` is the reward assigned to this call itself. Exports hand out copies whose `reward`
+    is the discounted value, so the cache is never mutated by an export and a retry gives the
+    same result. `parent` is the interaction this call continues (see `InteractionCache`).
+    """
+
+    model_response: ModelResponse | None = None
+    reward: float | None = None
+    parent: InteractionWithTokenLogpReward | None = None
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    output_message_list: list[dict[str, Any]] | None = None
+    tools: list[dict[str, Any]] | None = None
+    completion: Any = None  # openai.types.chat.ChatCompletion for /v1/chat/completions
+    response: Any = None  # openai.types.responses.Response for /v1/responses
+    anthropic_message: Any = None  # the Anthropic message body for /v1/messages
+    chat_template_type: str = "hf"
+    interaction_id: str = field(default_factory=_new_interaction_id)
+    created: float = field(default_factory=time.time)
+    status: InteractionStatus = InteractionStatus.IN_FLIGHT
+    error: str | None = None
+    # Set on export copies only: the whole branch (concat style) this interaction stands for.
+    export_sequence: TokenSequence | None = None
+
+    @property
+    def is_complete(self) -> bool:
+        return self.status is InteractionStatus.COMPLETE
+
+    @property
+    def is_completion(self) -> bool:
+        return self.completion is not None
+
+    @property
+    def parent_id(self) -> str | None:
+        return None if self.parent is None else self.parent.interaction_id
+
+    @property
+    def output_text(self) -> str:
+        texts = []
+        for message in self.output_message_list or []:
+            content = message.get("content")
+            if isinstance(content, str):
+                texts.append(content)
+        return "".join(texts)
+
+    def token_sequence(self) -> TokenSequence:
+        if self.export_sequence is not None:
+            return self.export_sequence
+        if self.model_response is None:
+            msg = f"interaction {self.interaction_id} has no model response ({self.status})"
+            raise ValueError(msg)
+        return TokenSequence.of_response(self.model_response)
+
+    def to_tensor_dict(self) -> dict[str, torch.Tensor]:
+        """The training tensors: ids, masks, logprobs and versions shaped [1, L], rewards [1]."""
+        reward = 0.0 if self.reward is None else float(self.reward)
+        return self.token_sequence().to_tensor_dict(reward)
+
+    def copy_for_export(
+        self, *, reward: float, sequence: TokenSequence | None = None
+    ) -> InteractionWithTokenLogpReward:
+        return dataclasses.replace(self, reward=reward, export_sequence=sequence)
