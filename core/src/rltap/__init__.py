@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from rltap.cache import InteractionCache
+from rltap.export import concat_padded_tensors
 from rltap.types import (
     InteractionStatus,
     InteractionWithTokenLogpReward,
@@ -14,6 +16,7 @@ from rltap.types import (
 )
 
 __all__ = [
+    "InteractionCache",
     "InteractionStatus",
     "InteractionWithTokenLogpReward",
     "LogprobConvention",
@@ -22,4 +25,5 @@ __all__ = [
     "StopReason",
     "TokenChunk",
     "TokenSequence",
+    "concat_padded_tensors",
 ]

@@ -154,7 +154,7 @@ class ModelResponse:
 
 @dataclass(slots=True, kw_only=True)
 class TokenSequence:
-    """One training sequence: ids with their loss mask, logprobs and versions, position by position."""
+    """One training sequence: ids with their loss mask, logprobs and versions, position-wise."""
 
     input_ids: list[int] = field(default_factory=list)
     loss_mask: list[int] = field(default_factory=list)

@@ -1,0 +1,39 @@
+# The README's commands. Each bootstraps .venv from nothing but python3.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.bootstrapped
+export PYTHONDONTWRITEBYTECODE := 1
+
+.PHONY: bootstrap test lint typecheck unit integrations bench clean
+
+bootstrap: $(STAMP)
+
+$(STAMP): constraints.txt requirements-dev.txt core/pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -c constraints.txt -e core -r requirements-dev.txt
+	touch $@
+
+## test: lint, type check, the core suite, then every framework integration in its own venv
+test: lint typecheck unit integrations
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+unit: $(STAMP)
+	$(BIN)/pytest
+
+integrations: $(STAMP)
+	$(BIN)/nox
+
+## bench: the benchmarks in bench/, each printing ratios measured side by side
+bench: $(STAMP)
+	$(BIN)/python bench/cache_scaling.py --check
+
+clean:
+	rm -rf $(VENV) .nox .venv-vllm

@@ -1,0 +1,230 @@
+"""InteractionCache: one session's interactions, linked into a conversation tree.
+
+The parent of a new call is the complete interaction whose `messages + output_message_list` is the
+longest prefix of the call's messages, compared in canonical form (`rltap.canonical`). Ties go to
+the interaction inserted last. Each complete interaction is indexed under the hash-chain value of
+its whole conversation, so finding a parent is one pass over the new call's messages plus one
+dictionary lookup per prefix: O(M) per insert, independent of the session's size. Calls still in
+flight are not indexed and so cannot be parents.
+
+Every mutation holds one lock, so concurrent calls of one session (threads or tasks) keep the tree
+consistent.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from rltap.canonical import context_hash, extend_chain
+from rltap.errors import Conflict, InteractionNotFound
+from rltap.export import ExportStyle, export_interactions
+from rltap.rewards import Aggregate, DiscountMode, check_reward, discount_rewards
+from rltap.types import InteractionStatus, InteractionWithTokenLogpReward, ModelResponse
+
+__all__ = ["InteractionCache"]
+
+
+class InteractionCache(Mapping[str, InteractionWithTokenLogpReward]):
+    """Insertion-ordered interactions of one session, keyed by interaction id.
+
+    Usage:
+        cache = InteractionCache()
+        node = cache.add(InteractionWithTokenLogpReward(messages=messages))
+        cache.complete(node.interaction_id, response, output_messages)
+        cache.set_last_reward(1.0)
+        exported = cache.export_interactions(style="concat", reward_discount=0.9)
+    """
+
+    def __init__(self) -> None:
+        self._items: dict[str, InteractionWithTokenLogpReward] = {}
+        self._order: dict[str, int] = {}
+        self._roots: dict[str, bytes] = {}
+        self._input_hash: dict[str, bytes] = {}
+        self._prefix_index: dict[bytes, str] = {}
+        self._last_completed: str | None = None
+        self._discount: tuple[float, Aggregate, DiscountMode] | None = None
+        self._lock = threading.RLock()
+
+    # Mapping interface -------------------------------------------------------------------------
+    def __getitem__(self, interaction_id: str) -> InteractionWithTokenLogpReward:
+        try:
+            return self._items[interaction_id]
+        except KeyError:
+            msg = f"no interaction {interaction_id!r} in this session"
+            raise InteractionNotFound(msg, param="interaction_id") from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._items))
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, interaction_id: object) -> bool:
+        return interaction_id in self._items
+
+    def __setitem__(self, interaction_id: str, interaction: InteractionWithTokenLogpReward) -> None:
+        """The seed's way to record an interaction: `cache[id] = interaction`."""
+        interaction.interaction_id = interaction_id
+        self.add(interaction)
+
+    # Tree ---------------------------------------------------------------------------------------
+    def find_parent(
+        self, messages: Sequence[Mapping[str, Any]], context: bytes | None = None
+    ) -> InteractionWithTokenLogpReward | None:
+        """The complete interaction this conversation continues, or None."""
+        with self._lock:
+            return self._find_parent(extend_chain(context_hash(context), messages))
+
+    def _find_parent(self, hashes: list[bytes]) -> InteractionWithTokenLogpReward | None:
+        index = self._prefix_index
+        for prefix_hash in reversed(hashes):
+            parent_id = index.get(prefix_hash)
+            if parent_id is not None:
+                return self._items[parent_id]
+        return None
+
+    def add(
+        self, interaction: InteractionWithTokenLogpReward, context: bytes | None = None
+    ) -> InteractionWithTokenLogpReward:
+        """Insert an interaction, resolving its parent unless one is set already.
+
+        `context` (e.g. `rltap.canonical.tools_context(tools)`) must match too for two calls to
+        link: a call with other tools renders another prompt. An interaction added complete (the
+        seed's style) is indexed at once.
+        """
+        root = context_hash(context)
+        hashes = extend_chain(root, interaction.messages)
+        with self._lock:
+            interaction_id = interaction.interaction_id
+            if interaction_id in self._items:
+                msg = f"interaction {interaction_id!r} is already in this session"
+                raise Conflict(msg)
+            if interaction.parent is None:
+                interaction.parent = self._find_parent(hashes)
+            self._items[interaction_id] = interaction
+            self._order[interaction_id] = len(self._order)
+            self._roots[interaction_id] = root
+            self._input_hash[interaction_id] = hashes[-1] if hashes else root
+            if interaction.is_complete:
+                self._index(interaction)
+        return interaction
+
+    def _index(self, interaction: InteractionWithTokenLogpReward) -> None:
+        interaction_id = interaction.interaction_id
+        outputs = interaction.output_message_list or []
+        hashes = extend_chain(self._input_hash[interaction_id], outputs)
+        full_hash = hashes[-1] if hashes else self._input_hash[interaction_id]
+        current = self._prefix_index.get(full_hash)
+        if current is None or self._order[current] < self._order[interaction_id]:
+            self._prefix_index[full_hash] = interaction_id
+        self._last_completed = interaction_id
+
+    def complete(
+        self,
+        interaction_id: str,
+        model_response: ModelResponse,
+        output_messages: list[dict[str, Any]],
+        **payload: Any,
+    ) -> InteractionWithTokenLogpReward:
+        """Record the engine's result; the interaction may be a parent from now on.
+
+        `payload` sets the API object of the reply: `completion`, `response` or
+        `anthropic_message`.
+        """
+        with self._lock:
+            interaction = self[interaction_id]
+            if interaction.status is not InteractionStatus.IN_FLIGHT:
+                msg = f"interaction {interaction_id} is already {interaction.status}"
+                raise Conflict(msg)
+            interaction.model_response = model_response
+            interaction.output_message_list = output_messages
+            for key, value in payload.items():
+                setattr(interaction, key, value)
+            interaction.status = InteractionStatus.COMPLETE
+            self._index(interaction)
+            return interaction
+
+    def fail(self, interaction_id: str, error: str, *, aborted: bool = False) -> None:
+        """Mark an in-flight interaction failed or aborted: it is never training data."""
+        with self._lock:
+            interaction = self[interaction_id]
+            if interaction.status is InteractionStatus.IN_FLIGHT:
+                interaction.status = (
+                    InteractionStatus.ABORTED if aborted else InteractionStatus.FAILED
+                )
+                interaction.error = error
+
+    def children(self, interaction_id: str) -> list[InteractionWithTokenLogpReward]:
+        return [node for node in self._items.values() if node.parent_id == interaction_id]
+
+    def by_status(self, status: InteractionStatus) -> list[InteractionWithTokenLogpReward]:
+        return [node for node in self._items.values() if node.status is status]
+
+    @property
+    def last_interaction_id(self) -> str | None:
+        """The interaction completed last (in time), the target of `set_last_reward`."""
+        return self._last_completed
+
+    # Rewards ------------------------------------------------------------------------------------
+    def set_reward(self, interaction_id: str, reward: float) -> None:
+        value = check_reward(reward)
+        with self._lock:
+            self[interaction_id].reward = value
+
+    def set_last_reward(self, reward: float) -> str:
+        """Reward the last completed interaction; returns its id."""
+        value = check_reward(reward)
+        with self._lock:
+            if self._last_completed is None:
+                msg = "no completed interaction in this session to reward"
+                raise InteractionNotFound(msg)
+            self._items[self._last_completed].reward = value
+            return self._last_completed
+
+    @property
+    def total_reward(self) -> float:
+        """Sum of the rewards assigned so far (before discounting)."""
+        return sum(node.reward or 0.0 for node in self._items.values())
+
+    def apply_reward_discount(
+        self,
+        turn_discount: float = 1.0,
+        aggregate: Aggregate = "mean",
+        mode: DiscountMode = "tree",
+    ) -> dict[str, float]:
+        """Discounted reward of every complete interaction (`rltap.rewards`).
+
+        The setting is remembered for `export_interactions`; nothing is mutated, so calling this
+        again gives the same result.
+        """
+        with self._lock:
+            rewards = discount_rewards(
+                self.by_status(InteractionStatus.COMPLETE), turn_discount, aggregate, mode
+            )
+            self._discount = (turn_discount, aggregate, mode)
+            return rewards
+
+    def export_interactions(
+        self,
+        style: ExportStyle = "individual",
+        reward_discount: float | None = None,
+        aggregate: Aggregate | None = None,
+        mode: DiscountMode | None = None,
+    ) -> dict[str, InteractionWithTokenLogpReward]:
+        """Export copies of the complete interactions with discounted rewards (`rltap.export`).
+
+        Without `reward_discount`, the setting of the last `apply_reward_discount` is used (1.0 if
+        none).
+        """
+        discount, agg, discount_mode = self._discount or (1.0, "mean", "tree")
+        with self._lock:
+            complete = self.by_status(InteractionStatus.COMPLETE)
+            rewards = discount_rewards(
+                complete,
+                discount if reward_discount is None else reward_discount,
+                agg if aggregate is None else aggregate,
+                discount_mode if mode is None else mode,
+            )
+            return export_interactions(complete, rewards, style)

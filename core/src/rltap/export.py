@@ -1,0 +1,144 @@
+"""Training data out of a conversation tree: export styles and batching.
+
+- `individual`: every complete interaction is one sequence (its prompt, then its output).
+- `concat`: one sequence per leaf holding its whole branch: the root's prompt and output, then each
+  descendant's new prompt tokens and output, with the loss mask on every generated segment. Each
+  child's prompt must start with its parent's full token sequence; a break raises
+  `ExportMismatch` naming both interactions, it is never masked.
+
+In-flight, failed and aborted interactions are never training data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Literal
+
+from rltap.errors import ExportMismatch, InvalidRequest
+from rltap.types import InteractionWithTokenLogpReward, TokenSequence
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "ExportStyle",
+    "branch_sequence",
+    "concat_padded_tensors",
+    "export_interactions",
+]
+
+ExportStyle = Literal["individual", "concat"]
+
+# Padding value of each tensor key; keys not listed pad with 0.
+_PAD_VALUES: dict[str, int | float | bool] = {"versions": -1, "attention_mask": False}
+
+
+def _full_tokens(node: InteractionWithTokenLogpReward) -> list[int]:
+    assert node.model_response is not None
+    return node.model_response.input_tokens + node.model_response.output_tokens
+
+
+def _first_difference(a: Sequence[int], b: Sequence[int]) -> int:
+    for position, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return position
+    return min(len(a), len(b))
+
+
+def branch_sequence(leaf: InteractionWithTokenLogpReward) -> TokenSequence:
+    """The whole branch ending in `leaf` as one sequence, verified token by token."""
+    branch = [leaf]
+    while branch[-1].parent is not None:
+        branch.append(branch[-1].parent)
+    branch.reverse()
+    sequence = TokenSequence()
+    parent: InteractionWithTokenLogpReward | None = None
+    for node in branch:
+        response = node.model_response
+        if response is None or not node.is_complete:
+            msg = (
+                f"interaction {node.interaction_id} on the branch of {leaf.interaction_id} "
+                f"is {node.status}"
+            )
+            raise ExportMismatch(msg)
+        prompt = response.input_tokens
+        start = 0
+        if parent is not None:
+            expected = _full_tokens(parent)
+            if prompt[: len(expected)] != expected:
+                at = _first_difference(prompt, expected)
+                msg = (
+                    f"interaction {node.interaction_id} does not continue its parent "
+                    f"{parent.interaction_id}: its prompt differs from the parent's "
+                    f"{len(expected)} tokens at position {at}; use chat template mode 'concat' "
+                    "or export style 'individual'"
+                )
+                raise ExportMismatch(msg)
+            start = len(expected)
+        sequence.append_prompt(prompt[start:])
+        sequence.append_output(response)
+        parent = node
+    return sequence
+
+
+def export_interactions(
+    nodes: Sequence[InteractionWithTokenLogpReward],
+    rewards: Mapping[str, float],
+    style: ExportStyle = "individual",
+) -> dict[str, InteractionWithTokenLogpReward]:
+    """Export copies of the complete `nodes` (insertion order) carrying their discounted reward.
+
+    The copies' `to_tensor_dict()` gives the training tensors: for `concat`, the whole branch.
+    """
+    complete = [node for node in nodes if node.is_complete and node.model_response is not None]
+    if style == "individual":
+        return {
+            node.interaction_id: node.copy_for_export(reward=rewards[node.interaction_id])
+            for node in complete
+        }
+    if style == "concat":
+        has_child = {node.parent_id for node in complete if node.parent_id is not None}
+        return {
+            node.interaction_id: node.copy_for_export(
+                reward=rewards[node.interaction_id], sequence=branch_sequence(node)
+            )
+            for node in complete
+            if node.interaction_id not in has_child
+        }
+    msg = f"style must be 'individual' or 'concat', got {style!r}"
+    raise InvalidRequest(msg, param="style")
+
+
+def concat_padded_tensors(
+    tensor_dicts: Sequence[Mapping[str, torch.Tensor]], pad_token_id: int = 0
+) -> dict[str, torch.Tensor]:
+    """Right-pad tensor dicts ([B, L] per key, rewards [B]) to the longest and stack on the batch.
+
+    Padding: input_ids with `pad_token_id`, versions with -1, attention_mask with False, the rest
+    with 0.
+    """
+    import torch
+
+    if not tensor_dicts:
+        return {}
+    keys = list(tensor_dicts[0])
+    for index, tensors in enumerate(tensor_dicts):
+        if list(tensors) != keys:
+            msg = f"tensor dict {index} has keys {sorted(tensors)}, expected {sorted(keys)}"
+            raise ValueError(msg)
+    length = max(t.shape[1] for d in tensor_dicts for t in d.values() if t.dim() == 2)
+    merged: dict[str, torch.Tensor] = {}
+    for key in keys:
+        parts = [d[key] for d in tensor_dicts]
+        if parts[0].dim() < 2:
+            merged[key] = torch.cat(parts)
+            continue
+        pad = pad_token_id if key == "input_ids" else _PAD_VALUES.get(key, 0)
+        padded = []
+        for part in parts:
+            if part.shape[1] < length:
+                fill = torch.full((part.shape[0], length - part.shape[1]), pad, dtype=part.dtype)
+                part = torch.cat([part, fill], dim=1)
+            padded.append(part)
+        merged[key] = torch.cat(padded)
+    return merged

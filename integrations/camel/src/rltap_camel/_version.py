@@ -1,0 +1,7 @@
+"""The CAMEL-AI versions this adapter is tested on, declared once."""
+
+from __future__ import annotations
+
+__all__ = ["FRAMEWORK_REQUIREMENT"]
+
+FRAMEWORK_REQUIREMENT = "camel-ai>=0.2.80,<0.3"
