@@ -1,0 +1,141 @@
+"""What every wire protocol converts to and from: one canonical request, generations and events.
+
+A protocol module (openai_chat, openai_responses, anthropic_messages) turns its API's request body
+into a `CanonicalRequest` (OpenAI-chat-style canonical messages and tools), and builds its API's
+response body or streaming events from the session's `Generation`s and `StreamEvent`s. The session
+(`rltap.session`) never sees a wire format.
+
+Canonical messages are OpenAI Chat Completions message dicts:
+    {"role": "system" | "user" | "assistant" | "tool", "content": str | list[part] | None,
+     "tool_calls": [{"id", "type": "function", "function": {"name", "arguments": json str}}],
+     "tool_call_id": str, "name": str, "reasoning_content": str}
+Canonical tools are Chat Completions tools: {"type": "function", "function": {"name",
+"description", "parameters"}}.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from rltap.chat.parsed import Delta, ParsedOutput
+from rltap.types import ModelResponse
+
+__all__ = [
+    "Api",
+    "CanonicalRequest",
+    "FinishReason",
+    "Generation",
+    "GenerationDelta",
+    "GenerationEnd",
+    "GenerationStart",
+    "SSEEvent",
+    "StreamEvent",
+    "ToolChoice",
+]
+
+Api = Literal["chat", "responses", "messages"]
+FinishReason = Literal["stop", "length", "tool_calls", "abort"]
+# "auto", "none", "required", or {"name": function_name} for a named function.
+ToolChoice = str | dict[str, str]
+
+
+@dataclass(slots=True, kw_only=True)
+class CanonicalRequest:
+    """One generation request in canonical form, whatever API it came from.
+
+    `max_tokens` None means "as many as the context allows". `n` > 1 asks for n sibling
+    interactions. `previous_response_id` (Responses API) names a response of the same session
+    whose conversation precedes `messages`.
+    """
+
+    api: Api
+    model: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool = True
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    stop: list[str] = field(default_factory=list)
+    seed: int | None = None
+    n: int = 1
+    stream: bool = False
+    include_usage: bool = False
+    logprobs: bool = False
+    top_logprobs: int | None = None
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
+    previous_response_id: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True, kw_only=True)
+class Generation:
+    """One finished choice: the engine's tokens, the parsed reply and the message it becomes."""
+
+    index: int
+    interaction_id: str
+    response: ModelResponse
+    parsed: ParsedOutput
+    finish_reason: FinishReason
+    output_message: dict[str, Any]
+    # Decoded text of each output token, for the logprobs fields of the wire formats.
+    token_texts: list[str] = field(default_factory=list)
+    created: float = 0.0
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.response.input_len
+
+    @property
+    def completion_tokens(self) -> int:
+        return self.response.output_len
+
+
+@dataclass(slots=True, kw_only=True)
+class GenerationStart:
+    """A choice started: its interaction exists and tokens are on their way."""
+
+    index: int
+    interaction_id: str
+    prompt_tokens: int
+    created: float
+
+
+@dataclass(slots=True, kw_only=True)
+class GenerationDelta:
+    """One engine chunk of a choice, as soon as the engine produced it.
+
+    `deltas` is what the streaming parser released for these tokens (possibly nothing while it
+    holds back a possible tag prefix, possibly text of earlier tokens released now).
+    """
+
+    index: int
+    deltas: list[Delta]
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    token_texts: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True, kw_only=True)
+class GenerationEnd:
+    """A choice finished; `generation` holds everything the non-streaming body would."""
+
+    generation: Generation
+
+
+StreamEvent = GenerationStart | GenerationDelta | GenerationEnd
+
+
+@dataclass(frozen=True, slots=True)
+class SSEEvent:
+    """One server-sent event before formatting: `event:` name (None for none) and the `data:`.
+
+    `data` is a JSON-serialisable dict, or a literal string such as "[DONE]". Formatting into
+    bytes happens in one place, `rltap.proxy.sse`.
+    """
+
+    event: str | None
+    data: dict[str, Any] | str
