@@ -1,0 +1,91 @@
+"""The `rltap` command line: `rltap models tokenizer DIR`, `rltap models tiny DIR` (more to come).
+
+Each top-level subcommand is one `_add_<name>_command(subparsers)` function that registers its
+parser and sets `handler` to a function `(args) -> int`; `COMMANDS` lists them in help order.
+Heavy imports happen inside handlers so `rltap --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["COMMANDS", "build_parser", "main"]
+
+_Subparsers = Any  # argparse's _SubParsersAction is private
+
+
+def _add_models_command(subparsers: _Subparsers) -> None:
+    models = subparsers.add_parser(
+        "models",
+        help="build offline test assets (tokenizer, tiny model)",
+        description="Build offline test assets; nothing is downloaded.",
+    )
+    kinds = models.add_subparsers(dest="kind", metavar="KIND", required=True)
+
+    tokenizer = kinds.add_parser(
+        "tokenizer", help="a Qwen2.5/Qwen3-compatible fast tokenizer with rltap's chat template"
+    )
+    tokenizer.add_argument("dir", type=Path, help="output folder (created if missing)")
+    tokenizer.set_defaults(handler=_models_tokenizer)
+
+    tiny = kinds.add_parser(
+        "tiny", help="a tiny random Qwen2ForCausalLM (fp32 safetensors) with that tokenizer"
+    )
+    tiny.add_argument("dir", type=Path, help="output folder (created if missing)")
+    tiny.add_argument("--seed", type=int, default=0, help="weight seed (default: 0)")
+    tiny.add_argument(
+        "--tokenizer-dir",
+        type=Path,
+        default=None,
+        help="copy the tokenizer from this folder instead of building it",
+    )
+    tiny.set_defaults(handler=_models_tiny)
+
+
+def _models_tokenizer(args: argparse.Namespace) -> int:
+    from rltap.testing.models import build_qwen_tokenizer
+
+    started = time.perf_counter()
+    out = build_qwen_tokenizer(args.dir)
+    print(f"wrote Qwen tokenizer to {out} in {time.perf_counter() - started:.1f}s")
+    return 0
+
+
+def _models_tiny(args: argparse.Namespace) -> int:
+    from rltap.testing.models import build_tiny_model
+
+    started = time.perf_counter()
+    out = build_tiny_model(args.dir, args.seed, tokenizer_dir=args.tokenizer_dir)
+    elapsed = time.perf_counter() - started
+    print(f"wrote tiny Qwen2 model (seed {args.seed}) to {out} in {elapsed:.1f}s")
+    return 0
+
+
+COMMANDS: tuple[Callable[[_Subparsers], None], ...] = (_add_models_command,)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full `rltap` argument parser."""
+    parser = argparse.ArgumentParser(
+        prog="rltap", description="Token-level capture of agent LLM calls for RL training."
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for add_command in COMMANDS:
+        add_command(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status (also used as the console script)."""
+    args = build_parser().parse_args(argv)
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    return handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

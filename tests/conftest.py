@@ -1,0 +1,39 @@
+"""Fixtures shared by every test folder: the offline Qwen tokenizer and the tiny Qwen2 model.
+
+Both are built once into `$RLTAP_TEST_CACHE` (default `~/.cache/rltap-test`) under a folder named
+by the builders' fingerprint, and reused by later runs; concurrent pytest processes are safe
+(see `rltap.testing.models.cached_build`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from rltap.testing.models import cached_qwen_tokenizer_dir, cached_tiny_model_dir
+
+# Two shared cores: one torch thread is faster than two, and leaves a core to the others.
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def qwen_tokenizer_dir() -> Path:
+    """A folder with the Qwen2.5/Qwen3-compatible tokenizer and rltap's chat template."""
+    return cached_qwen_tokenizer_dir()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir() -> Path:
+    """A folder with the tiny random Qwen2ForCausalLM (seed 0) and the Qwen tokenizer."""
+    return cached_tiny_model_dir(seed=0)
+
+
+@pytest.fixture(scope="session")
+def qwen_tokenizer(qwen_tokenizer_dir: Path) -> Any:
+    """The Qwen tokenizer, loaded once per session (loading takes about a second)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(qwen_tokenizer_dir))
