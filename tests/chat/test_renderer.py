@@ -302,7 +302,10 @@ def test_template_without_turn_markers_falls_back_to_full_rendering(qwen_tokeniz
     "messages",
     [
         pytest.param([ASK], id="parent-covers-more-messages"),
-        pytest.param([{"role": "robot", "content": "beep"}, ASK], id="unknown-role"),
+        pytest.param(
+            [ASK, {"role": "assistant", "content": "x"}, {"role": "robot", "content": "beep"}],
+            id="unknown-role-in-a-new-message",
+        ),
     ],
 )
 def test_invalid_requests(renderer: ChatRenderer, messages: list[Message]) -> None:

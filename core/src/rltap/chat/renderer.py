@@ -9,7 +9,9 @@ Two modes (the seed's `chat_template_type`):
   of a child always starts with its parent's full sequence.
 
 How the new messages are found in the template's output: the parent covers the first
-`message_count` messages; rendering those alone (no generation prompt) contains k end-of-turn
+`message_count` messages. Only a window is rendered (the leading system message, the last covered
+message and the new ones), so a call costs the same at turn 64 as at turn 1. Rendering the covered
+part of the window alone (no generation prompt) contains k end-of-turn
 markers (`<|im_end|>` for ChatML). The new part is everything in the full rendering after its
 k-th marker, e.g. `\\n<|im_start|>user\\n...<|im_end|>\\n<|im_start|>assistant\\n`. The newline
 after `<|im_end|>` belongs to the new part: the model stops at `<|im_end|>` and never generates it.
@@ -273,6 +275,7 @@ class ChatRenderer:
                 "it does not continue the parent"
             )
             raise InvalidRequest(msg, param="messages")
+        messages, covered = _render_window(messages, covered)
         head = self.render_text(
             messages[:covered],
             tools=tools,
@@ -288,6 +291,22 @@ class ChatRenderer:
         turns = head.count(self._end_of_turn)
         cut = _end_of_nth(full, self._end_of_turn, turns)
         return None if cut is None else full[cut:]
+
+
+def _render_window(
+    messages: Sequence[Mapping[str, Any]], covered: int
+) -> tuple[Sequence[Mapping[str, Any]], int]:
+    """The messages to render to find the text of the new ones, and how many of them are covered.
+
+    Rendering the whole conversation on every call would make a call's cost grow with its
+    history. The new messages' text depends on the system message (and the tools block the
+    template puts there) and on the message before them (tool results group by it), so the window
+    is: the leading system message, the last covered message, then the new messages.
+    """
+    head = [messages[0]] if messages[0].get("role") in ("system", "developer") else []
+    if covered - 1 <= len(head):
+        return messages, covered
+    return [*head, *messages[covered - 1 :]], len(head) + 1
 
 
 def _end_of_nth(text: str, marker: str, n: int) -> int | None:
