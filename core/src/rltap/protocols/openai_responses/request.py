@@ -1,0 +1,440 @@
+"""Responses request bodies: the wire model and its conversion to a `CanonicalRequest`.
+
+Pydantic checks shapes and ranges (a failure names the parameter, see
+`rltap.protocols._validation`); the conversion checks what depends on item order or on other
+fields and raises `InvalidRequest` with the parameter's path. Unknown fields are ignored.
+
+Input items become Chat Completions messages, the canonical form, so that a conversation reads
+the same whatever API it was sent through:
+
+- `input` as a string is one user message; `instructions` is a leading system message;
+- messages keep their role (`developer` becomes `system`); `input_text` and `output_text` parts
+  become `{"type": "text", "text"}` parts, other parts (`input_image`, `input_file`) pass through;
+  a string content stays a string;
+- one assistant turn is the run of assistant-side items up to the next user, system or tool item:
+  `function_call` items (`call_id` -> tool-call id) join the assistant message before them or
+  start one with `content: None`; an assistant message right after the calls of a turn that has
+  no text yet fills in that turn's content (a stream may close the calls before the text);
+- a `reasoning` item's text (its `reasoning_text` content, else its summary) becomes the
+  `reasoning_content` of the assistant turn it opens; a reasoning item with no assistant item
+  after it is an assistant turn of its own with `content: None`;
+- `function_call_output` is `{"role": "tool", "tool_call_id": call_id, "content": output}`.
+
+Items rltap cannot honour (hosted tool calls, `item_reference`: rltap keeps no item store) and
+non-function tools are rejected naming their type. `previous_response_id` is passed on; the
+session prepends that response's conversation. `reasoning.effort` sets the template's
+`enable_thinking` (`"none"` -> False, any other effort -> True); vLLM's `chat_template_kwargs`
+is honoured and wins. `store`, `include` (except output-text logprobs), `text`, `truncation`,
+`user` and the like are accepted and ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError
+
+from rltap.errors import InvalidRequest
+from rltap.protocols._validation import format_param, validation_error_to_invalid_request
+from rltap.protocols.base import CanonicalRequest, ToolChoice
+
+__all__ = [
+    "FunctionCallItem",
+    "FunctionCallOutputItem",
+    "FunctionTool",
+    "InputContentPart",
+    "InputMessage",
+    "ReasoningItem",
+    "ResponsesReasoning",
+    "ResponsesRequest",
+    "UnsupportedItem",
+    "UnsupportedTool",
+    "parse_request",
+]
+
+_LENIENT = ConfigDict(extra="allow")
+_FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+_TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
+_LOGPROBS_INCLUDE = "message.output_text.logprobs"
+_Path = tuple[str | int, ...]
+
+
+class InputContentPart(BaseModel):
+    """One content part: `input_text`, `output_text`, `input_image`, `input_file`, `refusal`."""
+
+    model_config = _LENIENT
+    type: str
+    text: str | None = None
+
+
+class InputMessage(BaseModel):
+    """A message item (`type` may be omitted, as in the SDK's `EasyInputMessage`)."""
+
+    model_config = _LENIENT
+    type: Literal["message"] = "message"
+    role: Literal["user", "system", "developer", "assistant"]
+    content: str | list[InputContentPart]
+
+
+class FunctionCallItem(BaseModel):
+    """A `function_call` the model made earlier (`id` is the item id, `call_id` the call's)."""
+
+    model_config = _LENIENT
+    type: Literal["function_call"]
+    call_id: str
+    name: str
+    arguments: str
+
+
+class FunctionCallOutputItem(BaseModel):
+    """The result of a function call: a string or a list of content parts."""
+
+    model_config = _LENIENT
+    type: Literal["function_call_output"]
+    call_id: str | None = None
+    output: str | list[InputContentPart]
+
+
+class _ReasoningPart(BaseModel):
+    model_config = _LENIENT
+    type: str
+    text: str = ""
+
+
+class ReasoningItem(BaseModel):
+    """A `reasoning` item: `content` holds `reasoning_text` parts, `summary` `summary_text` ones."""
+
+    model_config = _LENIENT
+    type: Literal["reasoning"]
+    summary: list[_ReasoningPart] = Field(default_factory=list)
+    content: list[_ReasoningPart] | None = None
+
+
+class UnsupportedItem(BaseModel):
+    """Any other item type; the conversion rejects it naming the type."""
+
+    model_config = _LENIENT
+    type: str
+
+
+def _item_tag(value: Any) -> str | None:
+    # CamelCase tags: `_validation` drops them from the error path like union labels.
+    if isinstance(value, Mapping):
+        kind = value.get("type", "message" if "role" in value else None)
+    else:
+        kind = getattr(value, "type", None)
+    if kind is None:
+        return None
+    return _ITEM_TAGS.get(kind, "Unsupported")
+
+
+_ITEM_TAGS = {
+    "message": "Message",
+    "function_call": "FunctionCall",
+    "function_call_output": "FunctionCallOutput",
+    "reasoning": "Reasoning",
+}
+
+InputItem = Annotated[
+    Annotated[InputMessage, Tag("Message")]
+    | Annotated[FunctionCallItem, Tag("FunctionCall")]
+    | Annotated[FunctionCallOutputItem, Tag("FunctionCallOutput")]
+    | Annotated[ReasoningItem, Tag("Reasoning")]
+    | Annotated[UnsupportedItem, Tag("Unsupported")],
+    Discriminator(
+        _item_tag,
+        custom_error_type="invalid_item",
+        custom_error_message="an input item must be an object with a 'type' or a 'role'",
+    ),
+]
+
+
+class FunctionTool(BaseModel):
+    """`{"type": "function", "name", "description", "parameters", "strict"}`."""
+
+    model_config = _LENIENT
+    type: Literal["function"]
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class UnsupportedTool(BaseModel):
+    """A hosted or custom tool; the conversion rejects it naming the type."""
+
+    model_config = _LENIENT
+    type: str
+
+
+def _tool_tag(value: Any) -> str | None:
+    kind = value.get("type") if isinstance(value, Mapping) else getattr(value, "type", None)
+    if kind is None:
+        return None
+    return "Function" if kind == "function" else "Unsupported"
+
+
+Tool = Annotated[
+    Annotated[FunctionTool, Tag("Function")] | Annotated[UnsupportedTool, Tag("Unsupported")],
+    Discriminator(
+        _tool_tag,
+        custom_error_type="invalid_tool",
+        custom_error_message="a tool must be an object with a 'type'",
+    ),
+]
+
+
+class ResponsesReasoning(BaseModel):
+    """`reasoning`: only `effort` matters here (it switches the template's thinking)."""
+
+    model_config = _LENIENT
+    effort: str | None = None
+
+
+class ResponsesRequest(BaseModel):
+    """A `POST /v1/responses` body (OpenAI's names, plus vLLM's `top_k`, `seed` and
+    `chat_template_kwargs`)."""
+
+    model_config = _LENIENT
+    # Required by OpenAI; a proxy serves one model, so a missing name is tolerated.
+    model: str = ""
+    input: str | list[InputItem] | None = None
+    instructions: str | None = None
+    previous_response_id: str | None = None
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    temperature: _FiniteFloat | None = Field(default=None, ge=0)
+    top_p: _FiniteFloat | None = Field(default=None, gt=0, le=1)
+    top_k: int | None = Field(default=None, ge=-1)
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    seed: int | None = None
+    include: list[str] | None = None
+    stream: bool | None = None
+    store: bool | None = None
+    background: bool | None = None
+    conversation: str | dict[str, Any] | None = None
+    metadata: dict[str, str] | None = None
+    reasoning: ResponsesReasoning | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+
+
+def parse_request(body: Mapping[str, Any]) -> CanonicalRequest:
+    """Validate a Responses body and convert it to a `CanonicalRequest`.
+
+    Raises `InvalidRequest` (with `param`) when the body is not a valid request.
+    """
+    if not isinstance(body, Mapping):
+        msg = "The request body must be a JSON object."
+        raise InvalidRequest(msg)
+    try:
+        wire = ResponsesRequest.model_validate(body)
+    except ValidationError as exc:
+        raise validation_error_to_invalid_request(exc) from exc
+    return to_canonical(wire)
+
+
+def to_canonical(wire: ResponsesRequest) -> CanonicalRequest:
+    """The canonical form of a validated request (cross-field checks raise `InvalidRequest`)."""
+    _reject_server_state(wire)
+    messages = _instructions(wire.instructions) + _input_messages(wire.input)
+    if not messages and wire.previous_response_id is None:
+        msg = "'input' must not be empty unless 'previous_response_id' is given."
+        raise InvalidRequest(msg, param="input")
+    tools = _tools(wire.tools)
+    logprobs = _LOGPROBS_INCLUDE in (wire.include or [])
+    return CanonicalRequest(
+        api="responses",
+        model=wire.model,
+        messages=messages,
+        tools=tools,
+        tool_choice=_tool_choice(wire.tool_choice, tools),
+        parallel_tool_calls=wire.parallel_tool_calls is not False,
+        max_tokens=wire.max_output_tokens,
+        temperature=wire.temperature,
+        top_p=wire.top_p,
+        top_k=wire.top_k if wire.top_k is not None and wire.top_k > 0 else None,
+        seed=wire.seed,
+        stream=bool(wire.stream),
+        # A Responses body always reports usage, streamed or not.
+        include_usage=True,
+        logprobs=logprobs,
+        top_logprobs=wire.top_logprobs if logprobs else None,
+        template_kwargs=_template_kwargs(wire),
+        previous_response_id=wire.previous_response_id,
+        metadata=dict(wire.metadata or {}),
+    )
+
+
+def _reject_server_state(wire: ResponsesRequest) -> None:
+    # These ask for server-side state rltap does not keep; ignoring them would silently
+    # generate from the wrong conversation or never return.
+    if wire.conversation is not None:
+        msg = "'conversation' is not supported; send the history in 'input'."
+        raise InvalidRequest(msg, param="conversation")
+    if wire.background:
+        msg = "'background' responses are not supported."
+        raise InvalidRequest(msg, param="background")
+
+
+def _template_kwargs(wire: ResponsesRequest) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {}
+    effort = wire.reasoning.effort if wire.reasoning is not None else None
+    if effort is not None:
+        kwargs["enable_thinking"] = effort != "none"
+    kwargs.update(wire.chat_template_kwargs or {})
+    return kwargs
+
+
+def _instructions(instructions: str | None) -> list[dict[str, Any]]:
+    return [{"role": "system", "content": instructions}] if instructions else []
+
+
+def _tools(tools: list[FunctionTool | UnsupportedTool] | None) -> list[dict[str, Any]] | None:
+    converted: list[dict[str, Any]] = []
+    for i, tool in enumerate(tools or []):
+        if not isinstance(tool, FunctionTool):
+            msg = f"Tools of type {tool.type!r} are not supported; only 'function' tools are."
+            raise InvalidRequest(msg, param=format_param(("tools", i, "type")))
+        function = {
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": tool.parameters,
+            "strict": tool.strict,
+        }
+        converted.append(
+            {"type": "function", "function": {k: v for k, v in function.items() if v is not None}}
+        )
+    return converted or None
+
+
+def _tool_choice(
+    choice: str | dict[str, Any] | None, tools: list[dict[str, Any]] | None
+) -> ToolChoice | None:
+    if choice is None or choice in ("none", "auto"):
+        return choice if isinstance(choice, str) else None
+    if isinstance(choice, dict) and choice.get("type") != "function":
+        msg = f"'tool_choice' of type {choice.get('type')!r} is not supported."
+        raise InvalidRequest(msg, param="tool_choice.type")
+    if not tools:
+        msg = "'tool_choice' other than 'none' or 'auto' requires 'tools'."
+        raise InvalidRequest(msg, param="tool_choice")
+    if isinstance(choice, str):
+        return choice
+    name = choice.get("name")
+    if not isinstance(name, str) or name not in {t["function"]["name"] for t in tools}:
+        msg = f"'tool_choice' names the function {name!r}, which is not in 'tools'."
+        raise InvalidRequest(msg, param="tool_choice.name")
+    return {"name": name}
+
+
+class _Turns:
+    """Builds canonical messages item by item; holds the assistant turn still being assembled."""
+
+    def __init__(self) -> None:
+        self.messages: list[dict[str, Any]] = []
+        self.assistant: dict[str, Any] | None = None
+        self.reasoning: str | None = None
+
+    def end_turn(self) -> None:
+        # A reasoning item nothing followed is a turn of its own (a reply cut short while thinking).
+        if self.reasoning is not None:
+            self._open_assistant(None)
+        self.assistant = None
+
+    def add(self, message: dict[str, Any]) -> None:
+        self.end_turn()
+        self.messages.append(message)
+
+    def reason(self, text: str) -> None:
+        if self.reasoning is not None:
+            self.reasoning += text
+            return
+        # Reasoning opens the next assistant turn.
+        self.assistant = None
+        self.reasoning = text
+
+    def say(self, content: str | list[dict[str, Any]]) -> None:
+        turn = self.assistant
+        if turn is not None and turn.get("tool_calls") and turn["content"] is None:
+            turn["content"] = content
+            return
+        self._open_assistant(content)
+
+    def call(self, item: FunctionCallItem) -> None:
+        turn = self.assistant if self.assistant is not None else self._open_assistant(None)
+        turn.setdefault("tool_calls", []).append(
+            {
+                "id": item.call_id,
+                "type": "function",
+                "function": {"name": item.name, "arguments": item.arguments},
+            }
+        )
+
+    def _open_assistant(self, content: str | list[dict[str, Any]] | None) -> dict[str, Any]:
+        turn: dict[str, Any] = {"role": "assistant", "content": content}
+        if self.reasoning is not None:
+            turn["reasoning_content"] = self.reasoning
+            self.reasoning = None
+        self.messages.append(turn)
+        self.assistant = turn
+        return turn
+
+
+def _input_messages(items: str | list[Any] | None) -> list[dict[str, Any]]:
+    if items is None:
+        return []
+    if isinstance(items, str):
+        return [{"role": "user", "content": items}]
+    turns = _Turns()
+    for i, item in enumerate(items):
+        where: _Path = ("input", i)
+        if isinstance(item, InputMessage):
+            content = _content(item.content, (*where, "content"))
+            if item.role == "assistant":
+                turns.say(content)
+            else:
+                role = "system" if item.role == "developer" else item.role
+                turns.add({"role": role, "content": content})
+        elif isinstance(item, FunctionCallItem):
+            turns.call(item)
+        elif isinstance(item, FunctionCallOutputItem):
+            turns.add(_tool_message(item, where))
+        elif isinstance(item, ReasoningItem):
+            turns.reason(_reasoning_text(item))
+        else:
+            msg = f"Input items of type {item.type!r} are not supported."
+            raise InvalidRequest(msg, param=format_param((*where, "type")))
+    turns.end_turn()
+    return turns.messages
+
+
+def _tool_message(item: FunctionCallOutputItem, where: _Path) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "tool"}
+    if item.call_id is not None:
+        message["tool_call_id"] = item.call_id
+    message["content"] = _content(item.output, (*where, "output"))
+    return message
+
+
+def _reasoning_text(item: ReasoningItem) -> str:
+    # The full reasoning text when the client kept it, else what the summary says.
+    parts = item.content if item.content else item.summary
+    return "".join(part.text for part in parts)
+
+
+def _content(content: str | list[InputContentPart], where: _Path) -> str | list[dict[str, Any]]:
+    if isinstance(content, str):
+        return content
+    parts: list[dict[str, Any]] = []
+    for j, part in enumerate(content):
+        if part.type not in _TEXT_PARTS:
+            parts.append(part.model_dump(exclude_none=True))
+        elif part.text is None:
+            msg = f"Content parts of type {part.type!r} must have a 'text'."
+            raise InvalidRequest(msg, param=format_param((*where, j, "text")))
+        else:
+            parts.append({"type": "text", "text": part.text})
+    return parts
