@@ -4,8 +4,9 @@ The parent of a new call is the complete interaction whose `messages + output_me
 longest prefix of the call's messages, compared in canonical form (`rltap.canonical`). Ties go to
 the interaction inserted last. Each complete interaction is indexed under the hash-chain value of
 its whole conversation, so finding a parent is one pass over the new call's messages plus one
-dictionary lookup per prefix: O(M) per insert, independent of the session's size. Calls still in
-flight are not indexed and so cannot be parents.
+dictionary lookup per prefix: O(M) per insert, independent of the session's size. When the call
+repeats the last completed call's messages verbatim, only the messages after them are hashed.
+Calls still in flight are not indexed and so cannot be parents.
 
 Every mutation holds one lock, so concurrent calls of one session (threads or tasks) keep the tree
 consistent.
@@ -75,7 +76,27 @@ class InteractionCache(Mapping[str, InteractionWithTokenLogpReward]):
     ) -> InteractionWithTokenLogpReward | None:
         """The complete interaction this conversation continues, or None."""
         with self._lock:
-            return self._find_parent(extend_chain(context_hash(context), messages))
+            return self._resolve(messages, context_hash(context))[0]
+
+    def _resolve(
+        self, messages: Sequence[Mapping[str, Any]], root: bytes
+    ) -> tuple[InteractionWithTokenLogpReward | None, bytes]:
+        """The parent of `messages` and the chain hash of all of them.
+
+        Agents mostly send the previous call's messages again, unchanged, plus what came since.
+        When the last completed call's messages are a verbatim prefix, its chain hash stands for
+        them and only the rest is hashed, so the cost follows what is new, not the history.
+        """
+        last = self._last_completed
+        if last is not None and self._roots[last] == root:
+            known = self._items[last].messages
+            if 0 < len(known) <= len(messages) and messages[: len(known)] == known:
+                tail = extend_chain(self._input_hash[last], messages[len(known) :])
+                parent = self._find_parent(tail)
+                if parent is not None:
+                    return parent, tail[-1] if tail else self._input_hash[last]
+        hashes = extend_chain(root, messages)
+        return self._find_parent(hashes), hashes[-1] if hashes else root
 
     def _find_parent(self, hashes: list[bytes]) -> InteractionWithTokenLogpReward | None:
         index = self._prefix_index
@@ -95,18 +116,18 @@ class InteractionCache(Mapping[str, InteractionWithTokenLogpReward]):
         seed's style) is indexed at once.
         """
         root = context_hash(context)
-        hashes = extend_chain(root, interaction.messages)
         with self._lock:
             interaction_id = interaction.interaction_id
             if interaction_id in self._items:
                 msg = f"interaction {interaction_id!r} is already in this session"
                 raise Conflict(msg)
+            parent, input_hash = self._resolve(interaction.messages, root)
             if interaction.parent is None:
-                interaction.parent = self._find_parent(hashes)
+                interaction.parent = parent
             self._items[interaction_id] = interaction
             self._order[interaction_id] = len(self._order)
             self._roots[interaction_id] = root
-            self._input_hash[interaction_id] = hashes[-1] if hashes else root
+            self._input_hash[interaction_id] = input_hash
             if interaction.is_complete:
                 self._index(interaction)
         return interaction
