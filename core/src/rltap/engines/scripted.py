@@ -1,0 +1,265 @@
+"""A fake engine that replies with scripted text as real tokens with real logprobs.
+
+The script decides each reply from the conversation; the engine tokenizes it with the model's
+real tokenizer, appends the end-of-turn token and scores every output token by teacher forcing a
+real (typically tiny) model over prompt + output, so everything downstream (parsing, recording,
+export, training) sees what a real engine would produce. It is the offline stand-in users test
+their agents with, and the engine behind rltap's own end-to-end tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import importlib.util
+import inspect
+import time
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rltap.engines._hf import (
+    ModelHost,
+    ModelSource,
+    TokenizerSource,
+    context_limit,
+    teacher_forced_logprobs,
+)
+from rltap.engines._sampling import StopCriteria
+from rltap.errors import ContextLengthExceeded, EngineError
+from rltap.types import LogprobConvention, ModelRequest, ModelResponse, StopReason, TokenChunk
+
+__all__ = ["Script", "ScriptedEngine", "load_script"]
+
+# script(messages, tools, turn) -> reply text (or an awaitable of it); `turn` counts the
+# assistant messages already in the conversation (0 for the first reply).
+Script = Callable[[list[dict[str, Any]], list[dict[str, Any]] | None, int], str | Awaitable[str]]
+Failure = EngineError | type[EngineError]
+
+
+def load_script(spec: str) -> Script:
+    """Import a script from `"package.module:function"` or `"path/to/file.py:function"`."""
+    target, sep, name = spec.rpartition(":")
+    if not sep or not target or not name:
+        msg = f"script must look like 'module:function' or 'file.py:function', got {spec!r}"
+        raise ValueError(msg)
+    if target.endswith(".py"):
+        path = Path(target)
+        module_spec = importlib.util.spec_from_file_location(path.stem, path)
+        if module_spec is None or module_spec.loader is None:
+            msg = f"cannot import {path}"
+            raise ImportError(msg)
+        module = importlib.util.module_from_spec(module_spec)
+        module_spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(target)
+    script = getattr(module, name, None)
+    if not callable(script):
+        msg = f"{spec!r}: {name} is not a callable in {target}"
+        raise ValueError(msg)
+    return script  # type: ignore[no-any-return]
+
+
+class ScriptedEngine:
+    """An `InferenceEngine` that answers with `script(messages, tools, turn)`.
+
+    Usage:
+        def user_sim(messages, tools, turn):
+            if turn == 0:
+                return '<tool_call>\\n{"name": "search", "arguments": {}}\\n</tool_call>'
+            return "The answer is 42."
+
+        engine = ScriptedEngine(user_sim, model=cached_tiny_model_dir())
+        response = await engine.generate(ModelRequest(input_ids=ids, messages=messages))
+        # response.output_tokens: the tokenizer's ids of the reply + <|im_end|>
+        # response.output_logprobs: teacher-forced log_softmax(logits) of the tiny model (RAW)
+
+    `script` may be sync or async, or a `"module:function"` string (see `load_script`).
+    `token_delay` sleeps before each token and streams them one by one (for streaming tests).
+    `failures` maps a turn to the error raised on it (an `EngineError` instance or class, e.g.
+    `{1: EngineTimeout}`), after `fail_after_tokens` tokens have been streamed.
+    `end_token` defaults to `<|im_end|>` when the tokenizer has it, else its eos token.
+    """
+
+    logprob_convention: LogprobConvention = LogprobConvention.RAW
+
+    def __init__(
+        self,
+        script: Script | str,
+        model: ModelSource,
+        *,
+        tokenizer: TokenizerSource = None,
+        end_token: str | None = None,
+        token_delay: float = 0.0,
+        failures: Mapping[int, Failure] | None = None,
+        fail_after_tokens: int = 0,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype | str = torch.float32,
+        num_threads: int | None = 1,
+        version: int = 0,
+    ) -> None:
+        self._script = load_script(script) if isinstance(script, str) else script
+        self._host = ModelHost(
+            model,
+            tokenizer=tokenizer,
+            tokenizer_required=True,
+            device=device,
+            dtype=dtype,
+            num_threads=num_threads,
+        )
+        self._end_token = end_token
+        self._end_id = -1
+        self._context_limit = 0
+        self._token_delay = token_delay
+        self._failures = dict(failures or {})
+        self._fail_after_tokens = fail_after_tokens
+        self._version = version
+        self._aborted: dict[str, asyncio.Event] = {}
+
+    @property
+    def version(self) -> int:
+        """The policy version recorded on every token."""
+        return self._version
+
+    def set_version(self, version: int) -> None:
+        """Set the policy version recorded on new tokens."""
+        self._version = version
+
+    @property
+    def tokenizer(self) -> Any:
+        """The loaded tokenizer (None before `start`)."""
+        return self._host.tokenizer
+
+    async def start(self) -> None:
+        """Load the scoring model and tokenizer. Idempotent."""
+        if self._host.started:
+            return
+        await self._host.start()
+        tokenizer = self._host.tokenizer
+        name = self._end_token
+        if name is None:
+            has_im_end = "<|im_end|>" in tokenizer.get_vocab()
+            name = "<|im_end|>" if has_im_end else tokenizer.eos_token
+        end_id = tokenizer.convert_tokens_to_ids(name) if name is not None else None
+        if not isinstance(end_id, int) or end_id < 0 or end_id == tokenizer.unk_token_id:
+            msg = f"end token {name!r} is not in the tokenizer's vocabulary"
+            raise EngineError(msg)
+        self._end_id = end_id
+        self._context_limit = context_limit(self._host.model, None)
+
+    async def close(self) -> None:
+        """Abort every stream in flight and stop the worker thread."""
+        for event in self._aborted.values():
+            event.set()
+        await self._host.close()
+
+    async def abort(self, request_id: str) -> None:
+        """Stop a request in flight: its stream ends with `StopReason.ABORT`."""
+        event = self._aborted.get(request_id)
+        if event is not None:
+            event.set()
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        """The scripted reply for `request`, collected into one response."""
+        started = time.perf_counter()
+        response = ModelResponse(
+            input_tokens=list(request.input_ids), logprob_convention=self.logprob_convention
+        )
+        async with contextlib.aclosing(self.stream(request)) as chunks:
+            async for chunk in chunks:
+                response.extend(chunk)
+        response.latency = time.perf_counter() - started
+        return response
+
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[TokenChunk, None]:
+        """Yield the scripted reply's tokens (one chunk, or one per token with `token_delay`)."""
+        await self.start()
+        if len(request.input_ids) >= self._context_limit:
+            msg = f"prompt has {len(request.input_ids)} tokens; the limit is {self._context_limit}"
+            raise ContextLengthExceeded(msg, param="messages")
+        aborted = self._aborted.setdefault(request.request_id, asyncio.Event())
+        try:
+            messages = list(request.messages or [])
+            turn = sum(1 for m in messages if m.get("role") == "assistant")
+            output, reason = self._cut(request, await self._reply_ids(request, messages, turn))
+            logprobs = await self._host.run(
+                teacher_forced_logprobs, self._host.model, request.input_ids, output
+            )
+            chunks = self._chunks(output, logprobs, reason, self._failures.get(turn), turn)
+            async for chunk in chunks:
+                if aborted.is_set():
+                    yield TokenChunk(
+                        token_ids=[], logprobs=[], versions=[], stop_reason=StopReason.ABORT
+                    )
+                    return
+                yield chunk
+        finally:
+            if self._aborted.get(request.request_id) is aborted:
+                del self._aborted[request.request_id]
+
+    async def _reply_ids(
+        self, request: ModelRequest, messages: list[dict[str, Any]], turn: int
+    ) -> list[int]:
+        try:
+            reply = self._script(messages, request.tools, turn)
+            text = await reply if inspect.isawaitable(reply) else reply
+        except EngineError:
+            raise
+        except Exception as exc:
+            msg = f"script failed on turn {turn}: {type(exc).__name__}: {exc}"
+            raise EngineError(msg) from exc
+        if not isinstance(text, str):
+            msg = f"script returned {type(text).__name__} on turn {turn}, expected str"
+            raise EngineError(msg)
+        ids: list[int] = self._host.tokenizer.encode(text, add_special_tokens=False)
+        return [*ids, self._end_id]
+
+    def _cut(self, request: ModelRequest, ids: list[int]) -> tuple[list[int], StopReason]:
+        """Apply the request's stop ids, stop strings, max_new_tokens and the context limit."""
+        stops = StopCriteria(
+            prompt_len=len(request.input_ids),
+            max_new_tokens=request.max_new_tokens,
+            context_limit=self._context_limit,
+            stop_token_ids=[self._end_id, *request.stop_token_ids],
+            stop_strings=request.stop,
+            tokenizer=self._host.tokenizer,
+        )
+        for n in range(1, len(ids) + 1):
+            reason = stops.check(ids[:n])
+            if reason is not None:
+                return ids[:n], reason
+        return ids, StopReason.STOP  # unreachable: the end token always stops
+
+    async def _chunks(
+        self,
+        output: list[int],
+        logprobs: list[float],
+        reason: StopReason,
+        failure: Failure | None,
+        turn: int,
+    ) -> AsyncGenerator[TokenChunk, None]:
+        version = self._version
+        step = 1 if self._token_delay > 0 or failure is not None else len(output)
+        # A failure always comes before the final chunk: a stream that ended cleanly never fails.
+        fail_at = min(self._fail_after_tokens, len(output) - 1)
+        for start in range(0, len(output), step):
+            if failure is not None and start == fail_at:
+                raise _instantiate(failure, turn)
+            if self._token_delay > 0:
+                await asyncio.sleep(self._token_delay)
+            end = start + step
+            yield TokenChunk(
+                token_ids=output[start:end],
+                logprobs=logprobs[start:end],
+                versions=[version] * len(output[start:end]),
+                stop_reason=reason if end >= len(output) else None,
+            )
+
+
+def _instantiate(failure: Failure, turn: int) -> EngineError:
+    if isinstance(failure, EngineError):
+        return failure
+    return failure(f"injected failure on turn {turn}")

@@ -1,0 +1,454 @@
+"""The embedded engine: a Hugging Face causal LM with its own batched KV-cache decode loop.
+
+One background task drives the loop. Each iteration, on the engine's worker thread: drop finished
+rows, prefill the requests that arrived since the last step (each alone, then spliced into the
+left-padded batch cache, see `_batcher`), run one decode forward over every row, sample one token
+per row with that request's own generator and check its stop criteria. The event loop only hands
+out the tokens, so it stays free for the proxy while the model runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from rltap.engines._batcher import KVBatch, check_cache_layout
+from rltap.engines._hf import (
+    ModelHost,
+    ModelSource,
+    TokenizerSource,
+    cache_kwarg,
+    context_limit,
+    default_eos_ids,
+)
+from rltap.engines._sampling import RowSampler, StopCriteria, sample_rows
+from rltap.errors import (
+    Conflict,
+    ContextLengthExceeded,
+    EngineError,
+    EngineUnavailable,
+    InvalidRequest,
+    RltapError,
+)
+from rltap.types import LogprobConvention, ModelRequest, ModelResponse, StopReason, TokenChunk
+
+__all__ = ["TransformersEngine"]
+
+
+class _Mailbox:
+    """What the decode loop has produced for one stream and the stream has not taken yet."""
+
+    def __init__(self) -> None:
+        self._items: deque[TokenChunk | BaseException] = deque()
+        self._ready = asyncio.Event()
+
+    def put(self, item: TokenChunk | BaseException) -> None:
+        self._items.append(item)
+        self._ready.set()
+
+    async def take_all(self) -> list[TokenChunk | BaseException]:
+        while not self._items:
+            self._ready.clear()
+            await self._ready.wait()
+        items = list(self._items)
+        self._items.clear()
+        return items
+
+
+@dataclass(eq=False, kw_only=True)
+class _Slot:
+    request: ModelRequest
+    sampler: RowSampler
+    stops: StopCriteria
+    mailbox: _Mailbox = field(default_factory=_Mailbox)
+    output_ids: list[int] = field(default_factory=list)
+    finished: bool = False  # no more tokens will be produced (set from either thread)
+    closed: bool = False  # the final chunk (or error) is in the mailbox
+
+    @property
+    def context_ids(self) -> list[int]:
+        return self.request.input_ids + self.output_ids
+
+
+@dataclass(slots=True)
+class _Emission:
+    slot: _Slot
+    token: int
+    logprob: float
+    version: int
+    stop_reason: StopReason | None
+
+
+def _merge(chunks: Sequence[TokenChunk]) -> TokenChunk:
+    if len(chunks) == 1:
+        return chunks[0]
+    merged = TokenChunk(token_ids=[], logprobs=[], versions=[])
+    for chunk in chunks:
+        merged.token_ids.extend(chunk.token_ids)
+        merged.logprobs.extend(chunk.logprobs)
+        merged.versions.extend(chunk.versions)
+        merged.stop_reason = chunk.stop_reason or merged.stop_reason
+    return merged
+
+
+def _abort_chunk() -> TokenChunk:
+    return TokenChunk(token_ids=[], logprobs=[], versions=[], stop_reason=StopReason.ABORT)
+
+
+class TransformersEngine:
+    """An `InferenceEngine` running a local Hugging Face causal LM in this process.
+
+    Concurrent requests decode as one batch; a request arriving mid-generation joins at the next
+    step. The logprob recorded for each token is log_softmax(logits / T) of the sampled token (T=1
+    for temperature 0), before top-k/top-p filtering: `LogprobConvention.TEMPERATURE_SCALED`.
+
+    Usage:
+        engine = TransformersEngine("/models/Qwen2.5-0.5B-Instruct", dtype="float32")
+        await engine.start()
+        response = await engine.generate(ModelRequest(input_ids=ids, max_new_tokens=64))
+        async for chunk in engine.stream(ModelRequest(input_ids=ids, temperature=0.7, seed=1)):
+            print(chunk.token_ids, chunk.logprobs, chunk.versions)
+        await engine.update_weights(trainer_state_dict)  # version 0 -> 1
+        await engine.close()
+
+    `model` is a checkpoint folder or an already loaded model; `tokenizer` defaults to the model
+    folder and is needed only for stop strings. `eos_token_ids` (default: from the generation
+    config, model config and tokenizer; `[]` disables) always end a sequence, in addition to each
+    request's `stop_token_ids`. `max_context` defaults to `max_position_embeddings`.
+    """
+
+    logprob_convention: LogprobConvention = LogprobConvention.TEMPERATURE_SCALED
+
+    def __init__(
+        self,
+        model: ModelSource,
+        *,
+        tokenizer: TokenizerSource = None,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype | str = torch.float32,
+        num_threads: int | None = 1,
+        max_batch_size: int = 32,
+        max_context: int | None = None,
+        eos_token_ids: Sequence[int] | None = None,
+        attn_implementation: str | None = None,
+        version: int = 0,
+    ) -> None:
+        if max_batch_size < 1:
+            msg = f"max_batch_size must be >= 1, got {max_batch_size}"
+            raise ValueError(msg)
+        self._host = ModelHost(
+            model,
+            tokenizer=tokenizer,
+            device=device,
+            dtype=dtype,
+            num_threads=num_threads,
+            attn_implementation=attn_implementation,
+        )
+        self._max_batch_size = max_batch_size
+        self._max_context_override = max_context
+        self._eos_override = None if eos_token_ids is None else list(eos_token_ids)
+        self._version = version
+        self._slots: dict[str, _Slot] = {}
+        self._pending: deque[_Slot] = deque()
+        self._batch: KVBatch[_Slot] = KVBatch(lambda: None, self._host.device)
+        self._starting: asyncio.Task[None] | None = None
+        self._loop_task: asyncio.Task[None] | None = None
+        self._wake: asyncio.Event | None = None
+        self._step_lock: asyncio.Lock | None = None
+        self._cache_kwarg = "cache"
+        self._context_limit = 0
+        self._eos_ids: list[int] = []
+        self._vocab_size = 0
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    @property
+    def version(self) -> int:
+        """The policy version new tokens are generated with."""
+        return self._version
+
+    def set_version(self, version: int) -> None:
+        """Declare the policy version after a trainer pushed new weights by other means."""
+        self._version = version
+
+    @property
+    def model(self) -> Any:
+        """The loaded model (None before `start`)."""
+        return self._host.model
+
+    @property
+    def eos_token_ids(self) -> list[int]:
+        """The ids that end every sequence (besides each request's own `stop_token_ids`)."""
+        return list(self._eos_ids)
+
+    @property
+    def tokenizer(self) -> Any:
+        """The loaded tokenizer, or None when the model folder has none."""
+        return self._host.tokenizer
+
+    async def start(self) -> None:
+        """Load the model on the worker thread and start the decode loop. Idempotent."""
+        if self._loop_task is not None and not self._loop_task.done():
+            return
+        if self._starting is None:
+            self._starting = asyncio.ensure_future(self._start())
+        try:
+            await asyncio.shield(self._starting)
+        finally:
+            if self._starting is not None and self._starting.done():
+                self._starting = None
+
+    async def _start(self) -> None:
+        await self._host.start()
+        model = self._host.model
+        from transformers import DynamicCache
+
+        config = model.config
+        self._cache_kwarg = cache_kwarg(model)
+        check_cache_layout(DynamicCache(config=config))
+        self._batch = KVBatch(lambda: DynamicCache(config=config), self._host.device)
+        self._context_limit = context_limit(model, self._max_context_override)
+        self._eos_ids = (
+            default_eos_ids(model, self._host.tokenizer)
+            if self._eos_override is None
+            else self._eos_override
+        )
+        self._vocab_size = int(model.get_input_embeddings().weight.shape[0])
+        self._wake = asyncio.Event()
+        self._step_lock = asyncio.Lock()
+        self._loop_task = asyncio.create_task(self._run(), name="rltap-transformers-decode-loop")
+
+    async def close(self) -> None:
+        """Stop the decode loop; requests in flight end with `StopReason.ABORT`."""
+        if self._starting is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._starting)
+        task, self._loop_task = self._loop_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self._host.close()  # waits for a step still running on the worker thread
+        for slot in list(self._slots.values()):
+            self._finish(slot, _abort_chunk())
+        self._pending.clear()
+        self._batch.reset()
+
+    # -- requests ----------------------------------------------------------------------------
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        """Run `request` to completion (`stream` collected into one response)."""
+        started = time.perf_counter()
+        response = ModelResponse(
+            input_tokens=list(request.input_ids), logprob_convention=self.logprob_convention
+        )
+        async with contextlib.aclosing(self.stream(request)) as chunks:
+            async for chunk in chunks:
+                response.extend(chunk)
+        response.latency = time.perf_counter() - started
+        return response
+
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[TokenChunk, None]:
+        """Yield tokens as the decode loop produces them; the last chunk has the stop reason.
+
+        Closing the iterator (or cancelling its consumer) aborts the request and frees its row.
+        """
+        await self.start()
+        if self._loop_task is None or self._loop_task.done():
+            msg = "the engine was closed while this request waited for it to start"
+            raise EngineUnavailable(msg)
+        slot = self._new_slot(request)
+        self._slots[request.request_id] = slot
+        self._pending.append(slot)
+        assert self._wake is not None
+        self._wake.set()
+        try:
+            while True:
+                items = await slot.mailbox.take_all()
+                chunks = [item for item in items if isinstance(item, TokenChunk)]
+                if chunks:
+                    chunk = _merge(chunks)
+                    yield chunk
+                    if chunk.stop_reason is not None:
+                        return
+                for item in items:
+                    if isinstance(item, BaseException):
+                        raise item
+        finally:
+            self._release(slot)
+
+    def _new_slot(self, request: ModelRequest) -> _Slot:
+        if request.request_id in self._slots:
+            msg = f"request {request.request_id} is already in flight"
+            raise Conflict(msg)
+        n = len(request.input_ids)
+        if n >= self._context_limit:
+            msg = f"prompt has {n} tokens; the context limit is {self._context_limit}"
+            raise ContextLengthExceeded(msg, param="messages")
+        if not all(isinstance(t, int) and 0 <= t < self._vocab_size for t in request.input_ids):
+            msg = f"input_ids must be integers in [0, {self._vocab_size})"
+            raise InvalidRequest(msg, param="input_ids")
+        if request.stop and self._host.tokenizer is None:
+            msg = "stop strings need a tokenizer; this engine was started without one"
+            raise EngineError(msg)
+        stops = StopCriteria(
+            prompt_len=n,
+            max_new_tokens=request.max_new_tokens,
+            context_limit=self._context_limit,
+            stop_token_ids=[*self._eos_ids, *request.stop_token_ids],
+            stop_strings=request.stop,
+            tokenizer=self._host.tokenizer,
+        )
+        sampler = RowSampler.for_request(request, self._host.device)
+        return _Slot(request=request, sampler=sampler, stops=stops)
+
+    async def abort(self, request_id: str) -> None:
+        """Stop a request in flight: its stream ends with `StopReason.ABORT`."""
+        slot = self._slots.get(request_id)
+        if slot is not None:
+            self._finish(slot, _abort_chunk())
+
+    def _finish(self, slot: _Slot, final: TokenChunk | BaseException | None) -> None:
+        """Mark `slot` done from the event loop; its row is dropped before the next step."""
+        slot.finished = True
+        if slot.closed:
+            return
+        slot.closed = True
+        with contextlib.suppress(ValueError):
+            self._pending.remove(slot)
+        if final is not None:
+            slot.mailbox.put(final)
+
+    def _release(self, slot: _Slot) -> None:
+        self._finish(slot, None)  # the consumer is gone: nobody to tell
+        if self._slots.get(slot.request.request_id) is slot:
+            del self._slots[slot.request.request_id]
+
+    # -- weights -----------------------------------------------------------------------------
+
+    async def update_weights(
+        self,
+        state_dict: Mapping[str, torch.Tensor],
+        *,
+        version: int | None = None,
+        recompute_cache: bool = True,
+    ) -> int:
+        """Load (possibly partial) weights between two decode steps; return the new version.
+
+        The version becomes `version`, or the current one plus one. Requests in flight keep
+        going: tokens after the update carry the new version, and with `recompute_cache` their
+        KV cache is rebuilt with the new weights (prompt and output so far are prefilled again).
+        """
+        await self.start()
+        assert self._step_lock is not None
+        async with self._step_lock:
+            await self._host.run(self._load_state_dict, dict(state_dict))
+            self._version = self._version + 1 if version is None else version
+            if recompute_cache:
+                rows = [slot for slot in self._batch.rows if not slot.finished]
+                self._batch.reset()
+                self._pending.extendleft(reversed(rows))
+        return self._version
+
+    def _load_state_dict(self, state_dict: dict[str, torch.Tensor]) -> None:
+        try:
+            result = self._host.model.load_state_dict(state_dict, strict=False)
+        except RuntimeError as exc:
+            msg = f"cannot load weights: {exc}"
+            raise EngineError(msg) from exc
+        if result.unexpected_keys:
+            msg = f"unknown weight names: {sorted(result.unexpected_keys)[:5]}"
+            raise EngineError(msg)
+
+    # -- the decode loop ---------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        assert self._wake is not None
+        assert self._step_lock is not None
+        while True:
+            if not self._pending and all(slot.finished for slot in self._batch.rows):
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            async with self._step_lock:
+                room = self._max_batch_size - sum(not s.finished for s in self._batch.rows)
+                admit = [self._pending.popleft() for _ in range(min(room, len(self._pending)))]
+                try:
+                    emissions = await self._host.run(self._iterate, admit)
+                except Exception as exc:  # a failed step must not kill the loop
+                    self._fail_step(admit, exc)
+                    continue
+            self._deliver(emissions)
+
+    def _fail_step(self, admitted: Sequence[_Slot], exc: Exception) -> None:
+        error = exc if isinstance(exc, RltapError) else None
+        if error is None:
+            error = EngineError(f"decode step failed: {type(exc).__name__}: {exc}")
+            error.__cause__ = exc
+        for slot in [*self._batch.rows, *admitted]:
+            self._finish(slot, error)
+        self._batch.reset()
+
+    def _deliver(self, emissions: Sequence[_Emission]) -> None:
+        for e in emissions:
+            if e.slot.closed:
+                continue  # aborted while the step ran: the token was never handed out
+            e.slot.mailbox.put(
+                TokenChunk(
+                    token_ids=[e.token],
+                    logprobs=[e.logprob],
+                    versions=[e.version],
+                    stop_reason=e.stop_reason,
+                )
+            )
+            if e.stop_reason is not None:
+                e.slot.closed = True
+
+    # -- on the worker thread ----------------------------------------------------------------
+
+    def _iterate(self, admit: Sequence[_Slot]) -> list[_Emission]:
+        batch = self._batch
+        batch.keep(lambda slot: not slot.finished)
+        for slot in admit:
+            if not slot.finished:
+                context = slot.context_ids
+                batch.add(slot, self._prefill(context[:-1]), len(context) - 1, context[-1])
+        if not batch.rows:
+            return []
+        out = self._host.model(**batch.step_inputs(self._cache_kwarg))
+        tokens, logprobs = sample_rows(out.logits[:, -1, :], [s.sampler for s in batch.rows])
+        batch.advance(tokens)
+        version = self._version
+        emissions = []
+        for slot, token, logprob in zip(batch.rows, tokens, logprobs, strict=True):
+            slot.output_ids.append(token)
+            reason = slot.stops.check(slot.output_ids)
+            if reason is not None:
+                slot.finished = True
+            emissions.append(_Emission(slot, token, logprob, version, reason))
+        batch.keep(lambda slot: not slot.finished)
+        return emissions
+
+    def _prefill(self, ids: Sequence[int]) -> Any:
+        """A batch-1 KV cache over `ids` (None when empty): the row's own, unpadded prefill."""
+        if not ids:
+            return None
+        from transformers import DynamicCache
+
+        device = self._host.device
+        cache = DynamicCache(config=self._host.model.config)
+        self._host.model(
+            input_ids=torch.tensor([list(ids)], device=device),
+            position_ids=torch.arange(len(ids), device=device)[None],
+            use_cache=True,
+            logits_to_keep=1,  # the logits are not needed; keep the lm_head cost to one row
+            **{self._cache_kwarg: cache},
+        )
+        return cache

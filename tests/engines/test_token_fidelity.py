@@ -1,0 +1,122 @@
+"""Token fidelity: what the embedded engine records is what a fresh forward pass computes.
+
+For every generated sequence, the recorded logprob of each output token equals
+log_softmax(logits / T) of a single full forward pass over prompt + output, gathered at that
+token (fp32: max abs diff <= 1e-5), alone and with 8 concurrent requests of different prompt
+lengths joining and leaving the batch at different steps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from rltap.engines.transformers import TransformersEngine
+from rltap.types import ModelRequest, ModelResponse
+
+TOLERANCE = 1e-5
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tiny_model_dir: Path) -> Any:
+    from transformers import AutoModelForCausalLM
+
+    model: Any = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
+    return model.eval()
+
+
+def prompts(qwen_tokenizer: Any) -> list[list[int]]:
+    """Eight chat prompts of different lengths (about 20 to 90 tokens)."""
+    questions = [
+        "Hi",
+        "What is 2 + 2?",
+        "Name three rivers in Europe.",
+        "Write a haiku about the sea, then explain its imagery in one sentence.",
+        "Summarise the plot of Hamlet in two sentences, without spoilers for the ending.",
+        "List the planets of the solar system in order, with one fact about each of them.",
+        "Translate 'good morning' to French, German, Spanish and Italian, one per line.",
+        "Explain, step by step, how a hash map handles collisions with open addressing, and "
+        "compare it with separate chaining in terms of memory use and cache behaviour.",
+    ]
+    return [
+        qwen_tokenizer.apply_chat_template(
+            [{"role": "user", "content": q}],
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=False,
+        )
+        for q in questions
+    ]
+
+
+def max_logprob_diff(model: Any, request: ModelRequest, response: ModelResponse) -> float:
+    """Max |recorded - fresh| over the output, fresh = one full forward over prompt + output."""
+    assert response.input_tokens == request.input_ids  # the prompt the engine consumed
+    temperature = request.temperature if request.temperature > 0 else 1.0
+    sequence = torch.tensor([response.input_tokens + response.output_tokens])
+    with torch.no_grad():
+        logits = model(input_ids=sequence).logits[0].float()
+    prompt_len, output = response.input_len, torch.tensor(response.output_tokens)
+    fresh = torch.log_softmax(logits[prompt_len - 1 : -1] / temperature, dim=-1)
+    fresh = fresh.gather(1, output[:, None]).squeeze(1)
+    recorded = torch.tensor(response.output_logprobs, dtype=torch.float32)
+    return float((fresh - recorded).abs().max())
+
+
+@pytest.mark.parametrize("temperature", [pytest.param(0.7, id="T0.7"), pytest.param(1.0, id="T1")])
+@pytest.mark.parametrize("concurrency", [pytest.param(1, id="batch1"), pytest.param(8, id="conc8")])
+async def test_recorded_logprobs_match_a_fresh_forward_pass(
+    tiny_model: Any, qwen_tokenizer: Any, temperature: float, concurrency: int
+) -> None:
+    engine = TransformersEngine(tiny_model, tokenizer=qwen_tokenizer, eos_token_ids=[])
+    requests = [
+        ModelRequest(
+            input_ids=ids,
+            temperature=temperature,
+            seed=i,
+            # Different lengths: rows leave the batch at different steps.
+            max_new_tokens=16 + 2 * i,
+            top_p=0.95 if i % 2 else 1.0,
+            top_k=40 if i % 3 == 0 else 0,
+        )
+        for i, ids in enumerate(prompts(qwen_tokenizer)[:concurrency])
+    ]
+
+    # Request i arrives once request i-1 has its first token: each joins a batch mid-decode.
+    arrived = [asyncio.Event() for _ in range(len(requests) + 1)]
+    arrived[0].set()
+
+    async def staggered(i: int, request: ModelRequest) -> ModelResponse:
+        await arrived[i].wait()
+        response = ModelResponse(input_tokens=list(request.input_ids))
+        async for chunk in engine.stream(request):
+            response.extend(chunk)
+            arrived[i + 1].set()
+        return response
+
+    try:
+        responses = await asyncio.gather(*(staggered(i, r) for i, r in enumerate(requests)))
+    finally:
+        await engine.close()
+    diffs = [max_logprob_diff(tiny_model, q, r) for q, r in zip(requests, responses, strict=True)]
+    print(f"\nT={temperature} concurrency={concurrency}: max |logprob diff| = {max(diffs):.3g}")
+    assert all(r.output_len == q.max_new_tokens for q, r in zip(requests, responses, strict=True))
+    assert max(diffs) <= TOLERANCE
+
+
+async def test_greedy_logprobs_are_taken_at_temperature_1(
+    tiny_model: Any, qwen_tokenizer: Any
+) -> None:
+    engine = TransformersEngine(tiny_model, tokenizer=qwen_tokenizer, eos_token_ids=[])
+    request = ModelRequest(input_ids=prompts(qwen_tokenizer)[3], temperature=0, max_new_tokens=24)
+    try:
+        response = await engine.generate(request)
+    finally:
+        await engine.close()
+    diff = max_logprob_diff(tiny_model, request, response)
+    print(f"\ngreedy: max |logprob diff| = {diff:.3g}")
+    assert diff <= TOLERANCE
