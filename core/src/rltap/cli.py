@@ -1,4 +1,4 @@
-"""The `rltap` command line: `rltap models tokenizer DIR`, `rltap models tiny DIR` (more to come).
+"""The `rltap` command line: `rltap serve`, `rltap models tokenizer DIR`, `rltap models tiny DIR`.
 
 Each top-level subcommand is one `_add_<name>_command(subparsers)` function that registers its
 parser and sets `handler` to a function `(args) -> int`; `COMMANDS` lists them in help order.
@@ -66,7 +66,30 @@ def _models_tiny(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS: tuple[Callable[[_Subparsers], None], ...] = (_add_models_command,)
+def _add_serve_command(subparsers: _Subparsers) -> None:
+    from rltap.proxy.options import add_serve_arguments
+
+    serve = subparsers.add_parser(
+        "serve",
+        help="run the proxy in front of an inference engine",
+        description="Run the OpenAI/Anthropic-compatible proxy that records every call at the "
+        "token level. The admin key comes from --admin-key, else RLTAP_ADMIN_KEY, else it is "
+        "generated and printed; a known or short key is refused beyond loopback.",
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    serve.add_argument("--admin-key", default=None, help="admin key (default: RLTAP_ADMIN_KEY)")
+    add_serve_arguments(serve)
+    serve.set_defaults(handler=_serve)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from rltap.proxy.server import run_serve
+
+    return run_serve(args)
+
+
+COMMANDS: tuple[Callable[[_Subparsers], None], ...] = (_add_serve_command, _add_models_command)
 
 
 def build_parser() -> argparse.ArgumentParser:

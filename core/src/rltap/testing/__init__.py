@@ -1,4 +1,5 @@
-"""What users and integrations test with: offline tokenizer and tiny-model builders."""
+"""What users and integrations test with: offline tokenizer and tiny-model builders, scripts
+for the scripted engine, and a real proxy on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -15,12 +16,18 @@ from rltap.testing.models import (
     cached_tiny_model_dir,
     default_cache_dir,
 )
+from rltap.testing.proxy import TEST_ADMIN_KEY, RunningProxy, start_test_proxy
+from rltap.testing.scripts import FINAL_PREFIX, arguments_for, echo, tool_loop
 
 __all__ = [
     "BUILDER_VERSION",
+    "FINAL_PREFIX",
     "QWEN_ADDED_TOKENS",
     "QWEN_PRETOKENIZE_REGEX",
     "QWEN_VOCAB_SIZE",
+    "TEST_ADMIN_KEY",
+    "RunningProxy",
+    "arguments_for",
     "build_qwen_tokenizer",
     "build_tiny_model",
     "builder_fingerprint",
@@ -28,4 +35,7 @@ __all__ = [
     "cached_qwen_tokenizer_dir",
     "cached_tiny_model_dir",
     "default_cache_dir",
+    "echo",
+    "start_test_proxy",
+    "tool_loop",
 ]

@@ -1,0 +1,305 @@
+"""What one proxy hop adds: the same engine called directly and through `rltap serve`.
+
+(a) vllm backend in front of an instant vLLM-compatible server (bench/fake_vllm.py answers at
+    once with fixed tokens), so only the proxy's own cost is measured. Target: median added
+    latency <= 1 ms on a 2-core machine.
+(b) the embedded transformers engine with the tiny model (direct: the engine in this process).
+
+For each: sequential calls (direct and proxied calls interleaved, so drift hits both alike) give
+the median and p99 latency and their difference; 32 concurrent sessions x 8 turns give calls/s.
+
+Run: .venv/bin/python bench/proxy_overhead.py [--calls 400] [--skip-embedded]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from rltap.chat.renderer import ChatRenderer
+from rltap.testing.models import cached_qwen_tokenizer_dir, cached_tiny_model_dir
+from rltap.types import ModelRequest
+
+ADMIN_KEY = "bench-admin-key-0123456789abcdef"
+BENCH = Path(__file__).resolve().parent
+SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
+QUESTION = "What is the capital of France? Answer in one word."
+Call = Callable[[], Awaitable[Any]]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def background(command: list[str]) -> Iterator[subprocess.Popen[bytes]]:
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        yield process
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+async def wait_ready(http: httpx.AsyncClient, url: str, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            err = process.stderr.read().decode() if process.stderr else ""
+            raise RuntimeError(f"server exited: {err[-2000:]}")
+        with contextlib.suppress(httpx.HTTPError):
+            if (await http.get(url)).status_code == 200:
+                return
+        await asyncio.sleep(0.2)
+    raise RuntimeError(f"{url} did not come up")
+
+
+def serve_command(port: int, *engine_args: str) -> list[str]:
+    return [
+        sys.executable, "-m", "rltap.cli", "serve", "--port", str(port),
+        "--admin-key", ADMIN_KEY, "--model-name", "bench", *engine_args,
+    ]  # fmt: skip
+
+
+@dataclass
+class Proxy:
+    url: str
+    http: httpx.AsyncClient
+
+    async def session_key(self) -> str:
+        headers = {"authorization": f"Bearer {ADMIN_KEY}"}
+        response = await self.http.post(f"{self.url}/rl/start_session", json={}, headers=headers)
+        response.raise_for_status()
+        return str(response.json()["api_key"])
+
+    async def chat(self, key: str, messages: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+        response = await self.http.post(
+            f"{self.url}/v1/chat/completions",
+            json={"model": "bench", "messages": messages, "max_tokens": 8, **extra},
+            headers={"authorization": f"Bearer {key}"},
+        )
+        response.raise_for_status()
+        result: dict[str, Any] = response.json()
+        return result
+
+
+async def timed(call: Call) -> float:
+    started = time.perf_counter()
+    await call()
+    return time.perf_counter() - started
+
+
+def quantiles(samples: list[float]) -> tuple[float, float]:
+    ordered = sorted(samples)
+    return statistics.median(ordered), ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+
+
+async def sequential(
+    direct: Call, proxied: Call, calls: int, progress: Progress, label: str
+) -> dict[str, float]:
+    for _ in range(10):  # warm both paths (connections, caches)
+        await direct()
+        await proxied()
+    task = progress.add_task(f"{label}: sequential", total=calls)
+    direct_times: list[float] = []
+    proxy_times: list[float] = []
+    for _ in range(calls):
+        direct_times.append(await timed(direct))
+        proxy_times.append(await timed(proxied))
+        progress.advance(task)
+    d_med, d_p99 = quantiles(direct_times)
+    p_med, p_p99 = quantiles(proxy_times)
+    return {"direct_med": d_med, "direct_p99": d_p99, "proxy_med": p_med, "proxy_p99": p_p99}
+
+
+async def throughput(worker: Callable[[int], Awaitable[int]], workers: int) -> float:
+    started = time.perf_counter()
+    done = await asyncio.gather(*(worker(w) for w in range(workers)))
+    return sum(done) / (time.perf_counter() - started)
+
+
+async def proxy_session(proxy: Proxy, turns: int) -> int:
+    key = await proxy.session_key()
+    messages: list[dict[str, Any]] = [SYSTEM]
+    for turn in range(turns):
+        messages.append({"role": "user", "content": f"Turn {turn}. {QUESTION}"})
+        body = await proxy.chat(key, messages)
+        messages.append({"role": "assistant", "content": body["choices"][0]["message"]["content"]})
+    return turns
+
+
+async def bench_vllm(args: argparse.Namespace, progress: Progress) -> dict[str, float]:
+    tokenizer_dir = cached_qwen_tokenizer_dir()
+    renderer = ChatRenderer.from_pretrained(tokenizer_dir)
+    prompt = renderer.render([SYSTEM, {"role": "user", "content": QUESTION}]).input_ids
+    fake_port, proxy_port = free_port(), free_port()
+    fake = [sys.executable, str(BENCH / "fake_vllm.py"), "--port", str(fake_port)]
+    fake_url = f"http://127.0.0.1:{fake_port}"
+    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+    with (
+        background(fake) as fake_process,
+        background(
+            serve_command(
+                proxy_port, "--engine", "vllm", "--url", fake_url, "--tokenizer", str(tokenizer_dir)
+            )
+        ) as proxy_process,
+    ):
+        async with httpx.AsyncClient(timeout=60, limits=limits) as http:
+            await wait_ready(http, f"{fake_url}/health", fake_process)
+            proxy = Proxy(f"http://127.0.0.1:{proxy_port}", http)
+            await wait_ready(http, f"{proxy.url}/health", proxy_process)
+            key = await proxy.session_key()
+            body = {
+                "model": "fake",
+                "prompt": prompt,
+                "max_tokens": 8,
+                "logprobs": 0,
+                "return_token_ids": True,
+            }
+            messages = [SYSTEM, {"role": "user", "content": QUESTION}]
+
+            async def direct() -> Any:
+                return (await http.post(f"{fake_url}/v1/completions", json=body)).raise_for_status()
+
+            async def proxied() -> Any:
+                return await proxy.chat(key, messages)
+
+            result = await sequential(direct, proxied, args.calls, progress, "vllm")
+
+            async def direct_worker(_: int) -> int:
+                for _ in range(args.turns):
+                    await direct()
+                return args.turns
+
+            result["direct_cps"] = await throughput(direct_worker, args.sessions)
+            result["proxy_cps"] = await throughput(
+                lambda _: proxy_session(proxy, args.turns), args.sessions
+            )
+    return result
+
+
+async def bench_embedded(args: argparse.Namespace, progress: Progress) -> dict[str, float]:
+    from rltap.engines.transformers import TransformersEngine
+
+    model_dir = cached_tiny_model_dir()
+    renderer = ChatRenderer.from_pretrained(model_dir)
+    messages = [SYSTEM, {"role": "user", "content": QUESTION}]
+    prompt = renderer.render(messages).input_ids
+    engine = TransformersEngine(str(model_dir))
+    await engine.start()
+    port = free_port()
+    command = serve_command(port, "--engine", "transformers", "--model", str(model_dir))
+    with background(command) as process:
+        async with httpx.AsyncClient(timeout=120) as http:
+            proxy = Proxy(f"http://127.0.0.1:{port}", http)
+            await wait_ready(http, f"{proxy.url}/health", process)
+            key = await proxy.session_key()
+
+            async def direct() -> Any:
+                request = ModelRequest(
+                    input_ids=prompt, max_new_tokens=8, temperature=0.0,
+                    stop_token_ids=list(renderer.stop_token_ids),
+                )  # fmt: skip
+                return await engine.generate(request)
+
+            async def proxied() -> Any:
+                return await proxy.chat(key, messages, temperature=0.0)
+
+            calls = max(20, args.calls // 10)
+            result = await sequential(direct, proxied, calls, progress, "embedded")
+
+            async def direct_worker(_: int) -> int:
+                for _ in range(args.turns):
+                    await direct()
+                return args.turns
+
+            result["direct_cps"] = await throughput(direct_worker, args.sessions)
+            result["proxy_cps"] = await throughput(
+                lambda _: proxy_session(proxy, args.turns), args.sessions
+            )
+    await engine.close()
+    return result
+
+
+def report(
+    console: Console, results: dict[str, dict[str, float]], args: argparse.Namespace
+) -> None:
+    table = Table(title="one proxy hop: direct vs through rltap serve (8 output tokens)")
+    for column in (
+        "backend",
+        "direct median",
+        "proxy median",
+        "added median",
+        "direct p99",
+        "proxy p99",
+        "added p99",
+        f"calls/s direct ({args.sessions}x{args.turns})",
+        "calls/s proxy",
+    ):
+        table.add_column(column, justify="right")
+    for name, r in results.items():
+        table.add_row(
+            name,
+            f"{r['direct_med'] * 1e3:.2f} ms", f"{r['proxy_med'] * 1e3:.2f} ms",
+            f"{(r['proxy_med'] - r['direct_med']) * 1e3:.2f} ms",
+            f"{r['direct_p99'] * 1e3:.2f} ms", f"{r['proxy_p99'] * 1e3:.2f} ms",
+            f"{(r['proxy_p99'] - r['direct_p99']) * 1e3:.2f} ms",
+            f"{r['direct_cps']:.0f}", f"{r['proxy_cps']:.0f}",
+        )  # fmt: skip
+    console.print(table)
+
+
+async def run(args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    results: dict[str, dict[str, float]] = {}
+    with Progress(transient=True) as progress:
+        results["vllm (instant fake)"] = await bench_vllm(args, progress)
+        if not args.skip_embedded:
+            results["embedded (tiny model)"] = await bench_embedded(args, progress)
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=400, help="sequential calls per path")
+    parser.add_argument("--sessions", type=int, default=32)
+    parser.add_argument("--turns", type=int, default=8)
+    parser.add_argument("--skip-embedded", action="store_true")
+    parser.add_argument("--check", action="store_true", help="exit 1 if (a) adds over 1 ms")
+    args = parser.parse_args()
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    results = asyncio.run(run(args))
+    console = Console()
+    report(console, results, args)
+    vllm = results["vllm (instant fake)"]
+    added = (vllm["proxy_med"] - vllm["direct_med"]) * 1e3
+    console.print(f"(a) median added latency: {added:.2f} ms (target <= 1 ms)")
+    return 1 if args.check and added > 1.0 else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,203 @@
+"""OpenAIProxyClient: one session on a running proxy, from the trainer's side.
+
+Usage:
+    async with OpenAIProxyClient("http://127.0.0.1:8000", admin_key) as session:
+        await agent.run(data, base_url=session.base_url, api_key=session.api_key)
+        await session.set_last_reward(1.0)
+    interactions = await session.export_interactions(discount=0.9, style="concat")
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+from rltap import errors
+from rltap.tensor_codec import decode_tensors
+from rltap.types import (
+    InteractionStatus,
+    InteractionWithTokenLogpReward,
+    LogprobConvention,
+    ModelResponse,
+    StopReason,
+    TokenSequence,
+)
+
+__all__ = ["OpenAIProxyClient", "interactions_from_export"]
+
+_ERRORS_BY_STATUS: dict[int, type[errors.RltapError]] = {
+    400: errors.InvalidRequest,
+    401: errors.AuthenticationError,
+    403: errors.PermissionDenied,
+    404: errors.NotFound,
+    409: errors.Conflict,
+    410: errors.SessionGone,
+    413: errors.PayloadTooLarge,
+    502: errors.EngineError,
+    503: errors.EngineUnavailable,
+    504: errors.EngineTimeout,
+}
+_RETRYABLE = frozenset({429, 503})
+
+
+def _raise_for(response: httpx.Response) -> None:
+    if response.is_success:
+        return
+    try:
+        message = response.json()["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        message = response.text
+    if response.status_code == 429:
+        retry_after = float(response.headers.get("retry-after", "1"))
+        raise errors.CapacityExhausted(message, retry_after=retry_after)
+    raise _ERRORS_BY_STATUS.get(response.status_code, errors.RltapError)(message)
+
+
+class OpenAIProxyClient:
+    """Starts a session on enter (retrying 429/503 with backoff) and ends it on exit.
+
+    `base_url` (ends in /v1) and `api_key` are what the agent's OpenAI client needs.
+    """
+
+    def __init__(
+        self,
+        proxy_url: str,
+        admin_key: str,
+        *,
+        task_id: str | None = None,
+        http_client: httpx.AsyncClient | None = None,
+        max_retries: int = 8,
+        backoff: float = 0.25,
+        max_backoff: float = 8.0,
+    ) -> None:
+        self.proxy_url = proxy_url.rstrip("/")
+        self._admin_headers = {"authorization": f"Bearer {admin_key}"}
+        self.task_id = task_id
+        self._http = http_client or httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=10.0))
+        self._owns_http = http_client is None
+        self.max_retries = max_retries
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.session_id: str | None = None
+        self.api_key: str | None = None
+        self._ended = False
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.proxy_url}/v1"
+
+    @property
+    def http_client(self) -> httpx.AsyncClient:
+        return self._http
+
+    async def __aenter__(self) -> OpenAIProxyClient:
+        await self.start_session()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if not self._ended and self.api_key is not None:
+            try:
+                await self.end_session()
+            except errors.SessionGone:
+                self._ended = True
+
+    async def aclose(self) -> None:
+        if self._owns_http:
+            await self._http.aclose()
+
+    async def _post(
+        self, path: str, body: dict[str, Any] | None, *, admin: bool, retry: bool = False
+    ) -> dict[str, Any]:
+        headers = self._admin_headers if admin else {"authorization": f"Bearer {self.api_key}"}
+        delay = self.backoff
+        for attempt in range(self.max_retries + 1):
+            response = await self._http.post(f"{self.proxy_url}{path}", json=body, headers=headers)
+            if not (retry and response.status_code in _RETRYABLE and attempt < self.max_retries):
+                _raise_for(response)
+                result: dict[str, Any] = response.json()
+                return result
+            hinted = float(response.headers.get("retry-after", delay))
+            await asyncio.sleep(min(self.max_backoff, max(delay, hinted)) * random.uniform(0.5, 1))
+            delay = min(self.max_backoff, delay * 2)
+        raise AssertionError("unreachable")  # the last attempt raises or returns
+
+    async def start_session(self) -> str:
+        await self._post("/grant_capacity", None, admin=True, retry=True)
+        body: dict[str, Any] = {} if self.task_id is None else {"task_id": self.task_id}
+        result = await self._post("/rl/start_session", body, admin=True, retry=True)
+        self.session_id, self.api_key = result["session_id"], result["api_key"]
+        return str(self.session_id)
+
+    async def set_reward(self, interaction_id: str, reward: float) -> None:
+        body = {"interaction_id": interaction_id, "reward": reward}
+        await self._post("/rl/set_reward", body, admin=False)
+
+    async def set_last_reward(self, reward: float) -> str:
+        result = await self._post("/rl/set_reward", {"reward": reward}, admin=False)
+        return str(result["interaction_id"])
+
+    async def end_session(self) -> None:
+        await self._post("/rl/end_session", None, admin=False)
+        self._ended = True
+
+    async def export_interactions(
+        self,
+        discount: float = 1.0,
+        style: str = "individual",
+        aggregate: str = "mean",
+        wait_timeout: float | None = None,
+    ) -> dict[str, InteractionWithTokenLogpReward]:
+        """Export the session (it must be ended, or end within `wait_timeout`)."""
+        body: dict[str, Any] = {
+            "session_id": self.session_id,
+            "discount": discount,
+            "style": style,
+            "aggregate": aggregate,
+        }
+        if wait_timeout is not None:
+            body["wait_timeout"] = wait_timeout
+        return interactions_from_export(await self._post("/export_trajectories", body, admin=True))
+
+
+def interactions_from_export(body: dict[str, Any]) -> dict[str, InteractionWithTokenLogpReward]:
+    """Rebuild interactions from an `/export_trajectories` body; `to_tensor_dict()` round-trips."""
+    rebuilt: dict[str, InteractionWithTokenLogpReward] = {}
+    for item in body["interactions"]:
+        tensors = decode_tensors(item["tensors"])
+        sequence = TokenSequence(
+            input_ids=tensors["input_ids"][0].tolist(),
+            loss_mask=tensors["loss_mask"][0].tolist(),
+            logprobs=tensors["logprobs"][0].tolist(),
+            versions=tensors["versions"][0].tolist(),
+        )
+        prompt_len = item["input_len"] if body.get("style") == "individual" else None
+        response = None
+        if prompt_len is not None:
+            response = ModelResponse(
+                input_tokens=sequence.input_ids[:prompt_len],
+                output_tokens=sequence.input_ids[prompt_len:],
+                output_logprobs=sequence.logprobs[prompt_len:],
+                output_versions=sequence.versions[prompt_len:],
+                stop_reason=StopReason(item["stop_reason"]),
+                logprob_convention=LogprobConvention(item["logprob_convention"]),
+            )
+        rebuilt[item["interaction_id"]] = InteractionWithTokenLogpReward(
+            model_response=response,
+            reward=float(tensors["rewards"][0]),
+            parent=rebuilt.get(item["parent_id"]) if item["parent_id"] else None,
+            messages=item["messages"],
+            output_message_list=item["output_message_list"],
+            interaction_id=item["interaction_id"],
+            status=InteractionStatus.COMPLETE,
+            export_sequence=sequence,
+        )
+    return rebuilt

@@ -1,0 +1,94 @@
+"""Pure ASGI middleware: the request body limit, and per-route request metrics."""
+
+from __future__ import annotations
+
+import time
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from rltap.errors import PayloadTooLarge
+from rltap.proxy.errors import error_response
+from rltap.proxy.metrics import ProxyMetrics
+
+__all__ = ["KNOWN_ROUTES", "BodyLimitMiddleware", "MetricsMiddleware"]
+
+KNOWN_ROUTES = frozenset(
+    {
+        "/v1/chat/completions",
+        "/chat/completions",
+        "/v1/responses",
+        "/responses",
+        "/v1/messages",
+        "/grant_capacity",
+        "/rl/start_session",
+        "/rl/set_reward",
+        "/rl/end_session",
+        "/rl/set_version",
+        "/export_trajectories",
+        "/health",
+        "/v1/models",
+        "/metrics",
+    }
+)
+
+
+class BodyLimitMiddleware:
+    """Refuse bodies over `max_body_bytes` with 413, by Content-Length or by counting."""
+
+    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self.max_body_bytes
+        for name, value in scope["headers"]:
+            if name == b"content-length" and value.isdigit() and int(value) > limit:
+                response = error_response(scope["path"], self._too_large())
+                await response(scope, receive, send)
+                return
+        received = 0
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise self._too_large()
+            return message
+
+        await self.app(scope, limited_receive, send)
+
+    def _too_large(self) -> PayloadTooLarge:
+        return PayloadTooLarge(f"request body is over the limit of {self.max_body_bytes} bytes")
+
+
+class MetricsMiddleware:
+    """Count requests by route and status and time them (streams: until the last byte)."""
+
+    def __init__(self, app: ASGIApp, metrics: ProxyMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def observed_send(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, observed_send)
+        finally:
+            path = scope["path"]
+            route = path if path in KNOWN_ROUTES else "other"
+            self.metrics.observe_request(route, status, time.perf_counter() - started)

@@ -1,0 +1,39 @@
+"""The flags shared by `rltap serve`, `rltap rollout` and `rltap demo` (cheap to import)."""
+
+from __future__ import annotations
+
+import argparse
+
+from rltap.chat.renderer import RenderMode
+from rltap.engines.factory import ENGINE_KINDS
+
+__all__ = ["add_serve_arguments"]
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of `rltap serve` (also used by `rltap rollout` and `rltap demo`)."""
+    engine = parser.add_argument_group("engine")
+    engine.add_argument("--engine", choices=ENGINE_KINDS, default="transformers")
+    engine.add_argument("--model", help="model folder (transformers, scripted) or served name")
+    engine.add_argument("--tokenizer", help="tokenizer folder (default: --model)")
+    engine.add_argument("--url", help="engine server address (vllm, sglang)")
+    engine.add_argument("--script", help="module:function replying for the scripted engine")
+    engine.add_argument("--num-threads", type=int, default=1, help="torch threads (default 1)")
+    chat = parser.add_argument_group("chat")
+    chat.add_argument(
+        "--chat-template-mode",
+        choices=[m.value for m in RenderMode],
+        default="concat",
+        help="concat: a call continuing a parent reuses its exact tokens (default); hf: render "
+        "the whole conversation every call",
+    )
+    chat.add_argument("--tool-parser", default="hermes", help="tool-call parser (default hermes)")
+    chat.add_argument("--reasoning-parser", default=None, help="e.g. qwen3 (default: none)")
+    chat.add_argument("--max-context", type=int, default=None, help="default: the model's")
+    chat.add_argument("--default-max-tokens", type=int, default=4096)
+    limits = parser.add_argument_group("sessions")
+    limits.add_argument("--capacity", type=int, default=1024, help="sessions at once")
+    limits.add_argument("--session-ttl", type=float, default=1800.0, help="idle seconds")
+    limits.add_argument("--export-grace", type=float, default=900.0, help="seconds after end")
+    limits.add_argument("--max-body-bytes", type=int, default=32 * 1024 * 1024)
+    limits.add_argument("--model-name", default=None, help="name in /v1/models")

@@ -1,0 +1,170 @@
+"""Running the proxy: `rltap serve`, and an in-process server for tests and `rltap rollout`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ipaddress
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI
+
+from rltap.chat.renderer import ChatRenderer
+from rltap.chat.streaming import build_output_parser
+from rltap.engines.base import InferenceEngine
+from rltap.engines.factory import create_engine
+from rltap.proxy.app import ProxyConfig, create_app
+from rltap.proxy.state import ProxyLimits
+from rltap.session import SessionConfig
+
+__all__ = ["ProxyServer", "check_admin_key", "run_serve", "serve_config"]
+
+# Keys anyone would guess; refused when the proxy listens beyond loopback.
+_WEAK_KEYS = frozenset({"admin", "test", "secret", "password", "changeme", "rltap", "areal", "key"})
+_MIN_PUBLIC_KEY_LEN = 16
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_admin_key(admin_key: str, host: str) -> None:
+    """Refuse an empty or guessable admin key on a non-loopback address."""
+    if _is_loopback(host):
+        return
+    if not admin_key or admin_key.lower() in _WEAK_KEYS or len(admin_key) < _MIN_PUBLIC_KEY_LEN:
+        msg = (
+            f"refusing to listen on {host} with a known or short admin key; use at least "
+            f"{_MIN_PUBLIC_KEY_LEN} random characters (--admin-key or RLTAP_ADMIN_KEY)"
+        )
+        raise SystemExit(msg)
+
+
+class ProxyServer:
+    """A uvicorn server for `app` on this event loop, on a free port unless one is given.
+
+    Usage:
+        async with ProxyServer(app) as server:
+            client = AsyncOpenAI(base_url=server.url + "/v1", api_key=key)
+    """
+
+    def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> None:
+        config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+        self._server = uvicorn.Server(config)
+        self._task: asyncio.Task[None] | None = None
+        self.host = host
+        self.port = port
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    async def __aenter__(self) -> ProxyServer:
+        self._task = asyncio.create_task(self._server.serve())
+        while not self._server.started:
+            if self._task.done():
+                self._task.result()  # raises why it stopped
+                msg = "the proxy server stopped while starting"
+                raise RuntimeError(msg)
+            await asyncio.sleep(0.01)
+        self.port = self._server.servers[0].sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self._server.should_exit = True
+        if self._task is not None:
+            await self._task
+
+
+def _max_context(args: argparse.Namespace, engine: InferenceEngine) -> int:
+    if args.max_context:
+        return int(args.max_context)
+    limit = getattr(engine, "max_context", None)
+    if isinstance(limit, int) and limit > 0:
+        return limit
+    config = Path(args.model or "") / "config.json"
+    if config.is_file():
+        import json
+
+        value = json.loads(config.read_text()).get("max_position_embeddings")
+        if isinstance(value, int):
+            return value
+    return 32768
+
+
+@dataclass(slots=True)
+class ServeSetup:
+    engine: InferenceEngine
+    renderer: ChatRenderer
+    config: ProxyConfig
+
+
+def serve_config(args: argparse.Namespace, admin_key: str) -> ServeSetup:
+    """Engine, renderer and proxy config from `rltap serve` flags."""
+    tokenizer_dir = args.tokenizer or args.model
+    if not tokenizer_dir:
+        msg = "--tokenizer (or --model) must name a local tokenizer folder"
+        raise SystemExit(msg)
+    engine = create_engine(
+        args.engine,
+        model=args.model,
+        tokenizer=tokenizer_dir,
+        url=args.url,
+        script=args.script,
+        num_threads=args.num_threads,
+    )
+    renderer = ChatRenderer.from_pretrained(tokenizer_dir, mode=args.chat_template_mode)
+    parser = build_output_parser(args.tool_parser, args.reasoning_parser)
+    session = SessionConfig(
+        max_context=_max_context(args, engine),
+        default_max_tokens=args.default_max_tokens,
+        output_parser=parser,
+    )
+    limits = ProxyLimits(
+        capacity=args.capacity, session_ttl=args.session_ttl, export_grace=args.export_grace
+    )
+    name = args.model_name or Path(str(args.model or tokenizer_dir)).name
+    config = ProxyConfig(
+        admin_key=admin_key,
+        model_name=name,
+        limits=limits,
+        session=session,
+        max_body_bytes=args.max_body_bytes,
+    )
+    return ServeSetup(engine=engine, renderer=renderer, config=config)
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    """`rltap serve`: the proxy in front of an engine, until interrupted."""
+    admin_key = args.admin_key
+    if admin_key is None:
+        admin_key = os.environ.get("RLTAP_ADMIN_KEY")
+    if admin_key is not None:
+        check_admin_key(admin_key, args.host)  # an explicit "" is an empty key: refused
+    generated = not admin_key
+    if generated:
+        admin_key = secrets.token_urlsafe(24)
+    setup = serve_config(args, admin_key)
+    app = create_app(setup.engine, setup.renderer, setup.config)
+    if generated:
+        print(f"rltap admin key (generated): {admin_key}", flush=True)
+    print(f"rltap proxy on http://{args.host}:{args.port} (engine {args.engine})", flush=True)
+    options: dict[str, Any] = {"log_level": "warning", "access_log": False}
+    uvicorn.run(app, host=args.host, port=args.port, **options)
+    return 0

@@ -1,0 +1,58 @@
+"""Tensors as JSON: how `/export_trajectories` ships the training tensors.
+
+Each tensor is `{"dtype": "int32" | "float32" | "bool", "shape": [1, L], "data": base64}` where
+`data` is the tensor's values in C order, little-endian (bool: one byte each, 0 or 1).
+"""
+
+from __future__ import annotations
+
+import base64
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["decode_tensor", "decode_tensors", "encode_tensor", "encode_tensors"]
+
+_DTYPES: dict[str, tuple[torch.dtype, np.dtype[Any]]] = {
+    "int32": (torch.int32, np.dtype("<i4")),
+    "float32": (torch.float32, np.dtype("<f4")),
+    "bool": (torch.bool, np.dtype("?")),
+}
+_NAMES = {torch_dtype: name for name, (torch_dtype, _) in _DTYPES.items()}
+
+
+def encode_tensor(tensor: torch.Tensor) -> dict[str, Any]:
+    try:
+        name = _NAMES[tensor.dtype]
+    except KeyError:
+        msg = f"cannot encode dtype {tensor.dtype}; expected one of {sorted(_DTYPES)}"
+        raise ValueError(msg) from None
+    array = tensor.detach().cpu().contiguous().numpy().astype(_DTYPES[name][1], copy=False)
+    return {
+        "dtype": name,
+        "shape": list(tensor.shape),
+        "data": base64.b64encode(array.tobytes()).decode("ascii"),
+    }
+
+
+def decode_tensor(encoded: Mapping[str, Any]) -> torch.Tensor:
+    name = encoded["dtype"]
+    if name not in _DTYPES:
+        msg = f"unknown dtype {name!r}; expected one of {sorted(_DTYPES)}"
+        raise ValueError(msg)
+    torch_dtype, np_dtype = _DTYPES[name]
+    array = np.frombuffer(base64.b64decode(encoded["data"]), dtype=np_dtype)
+    if sys.byteorder != "little":
+        array = array.astype(np_dtype.newbyteorder("="))
+    return torch.from_numpy(array.copy()).reshape(encoded["shape"]).to(torch_dtype)
+
+
+def encode_tensors(tensors: Mapping[str, torch.Tensor]) -> dict[str, dict[str, Any]]:
+    return {key: encode_tensor(value) for key, value in tensors.items()}
+
+
+def decode_tensors(encoded: Mapping[str, Mapping[str, Any]]) -> dict[str, torch.Tensor]:
+    return {key: decode_tensor(value) for key, value in encoded.items()}

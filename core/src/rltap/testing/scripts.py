@@ -1,0 +1,76 @@
+"""Scripts for the scripted engine: deterministic replies that exercise an agent's tool loop.
+
+`tool_loop` calls the first offered tool once, with arguments made from its JSON schema, then
+answers with the tool's result. Agents of every framework run through it the same way: a real tool
+call, the tool result, then a final answer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["FINAL_PREFIX", "arguments_for", "echo", "tool_loop"]
+
+FINAL_PREFIX = "Final answer:"
+
+_SAMPLE_VALUES: dict[str, Any] = {
+    "string": "2+3",
+    "integer": 2,
+    "number": 2,
+    "boolean": True,
+    "array": [],
+    "object": {},
+}
+
+
+def arguments_for(tool: Mapping[str, Any]) -> dict[str, Any]:
+    """Arguments for a canonical (Chat Completions) tool: a sample value per required property."""
+    function = tool.get("function", tool)
+    schema = function.get("parameters") or {}
+    properties: Mapping[str, Any] = schema.get("properties") or {}
+    required = schema.get("required") or list(properties)
+    arguments: dict[str, Any] = {}
+    for name in required:
+        spec = properties.get(name, {})
+        kind = spec.get("type", "string")
+        if isinstance(kind, list):
+            kind = next((k for k in kind if k != "null"), "string")
+        arguments[name] = spec["enum"][0] if spec.get("enum") else _SAMPLE_VALUES.get(kind, "x")
+    return arguments
+
+
+def _last_tool_result(messages: Sequence[Mapping[str, Any]]) -> str | None:
+    if not messages or messages[-1].get("role") != "tool":
+        return None
+    content = messages[-1].get("content")
+    if isinstance(content, list):
+        return "".join(str(part.get("text", "")) for part in content if isinstance(part, Mapping))
+    return str(content)
+
+
+def tool_loop(
+    messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None, turn: int
+) -> str:
+    """A tool call on the first turn when tools are offered, then the final answer."""
+    result = _last_tool_result(messages)
+    if result is not None:
+        return f"{FINAL_PREFIX} {result}"
+    if tools and turn == 0:
+        tool = tools[0]
+        name = tool.get("function", tool).get("name")
+        call = json.dumps({"name": name, "arguments": arguments_for(tool)})
+        return f"<tool_call>\n{call}\n</tool_call>"
+    return echo(messages, tools, turn)
+
+
+def echo(
+    messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None, turn: int
+) -> str:
+    """Repeats the last user message, with the turn number: `Turn 0: you said: ...`."""
+    last = next((m for m in reversed(messages) if m.get("role") == "user"), None)
+    content = "" if last is None else last.get("content")
+    if isinstance(content, list):
+        content = "".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping))
+    return f"Turn {turn}: you said: {content}"

@@ -1,0 +1,299 @@
+"""Rollout workflows: any agent with `async def run(data, **kwargs)` becomes training data.
+
+    RolloutWorkflow                 arun_episode(engine, data) -> tensors | interactions | None
+    ├── OpenAIProxyWorkflow         runs an agent against the proxy, one session per episode
+    └── GroupedRolloutWorkflow      group_size episodes of one row, merged
+
+`resolve_workflow` turns what a user names (an instance, a class, "pkg.module:Name",
+"path/to/agent.py:Name") into a workflow. OpenAIProxyWorkflow runs the agent inline (awaited in
+this event loop, with base_url/api_key/http_client passed in) or in a subprocess pool (the child
+sees OPENAI_* and ANTHROPIC_* variables for that episode only).
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import importlib
+import importlib.util
+import inspect
+import logging
+import math
+import numbers
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+
+from rltap.export import ExportStyle, concat_padded_tensors
+from rltap.proxy.client import OpenAIProxyClient
+from rltap.rewards import Aggregate
+from rltap.subproc import AgentPool, EpisodeFailed
+from rltap.types import InteractionWithTokenLogpReward
+
+__all__ = [
+    "EpisodeResult",
+    "GroupedRolloutWorkflow",
+    "OpenAIProxyWorkflow",
+    "RolloutWorkflow",
+    "WorkflowError",
+    "resolve_workflow",
+]
+
+logger = logging.getLogger("rltap.workflow")
+
+Interactions = dict[str, InteractionWithTokenLogpReward]
+EpisodeResult = dict[str, Any] | Interactions | None
+Mode = Literal["inline", "subproc"]
+
+
+class WorkflowError(TypeError):
+    """A workflow or agent that cannot be used as given; the message names the fix."""
+
+
+class RolloutWorkflow(abc.ABC):
+    """One episode of one dataset row, returning a tensor dict, interactions, or None (rejected)."""
+
+    @abc.abstractmethod
+    async def arun_episode(self, engine: Any, data: Any) -> EpisodeResult: ...
+
+
+class OpenAIProxyWorkflow(RolloutWorkflow):
+    """Run `agent.run(data, ...)` in its own proxy session, then export the session.
+
+    Usage:
+        workflow = OpenAIProxyWorkflow(MyAgent(), proxy_addr="http://127.0.0.1:8000",
+                                       admin_key=key, discount=0.9, style="concat")
+        interactions = await workflow.arun_episode(None, {"question": "2+2?"})
+
+    What run() returns becomes the reward: a number rewards the last completed reply, a dict
+    {interaction_id: reward} rewards those replies, None assigns nothing (discounting then gives
+    zeros). An agent that raises, dies or times out rejects its episode (None); `failures`
+    counts them.
+    """
+
+    def __init__(
+        self,
+        agent: Any,
+        *,
+        proxy_addr: str,
+        admin_key: str,
+        mode: Mode = "inline",
+        discount: float = 1.0,
+        style: ExportStyle = "individual",
+        aggregate: Aggregate = "mean",
+        return_tensors: bool = False,
+        episode_timeout: float | None = None,
+        subproc_workers: int = 4,
+        http_client: httpx.AsyncClient | None = None,
+    ) -> None:
+        if mode not in ("inline", "subproc"):
+            msg = f"mode must be 'inline' or 'subproc', got {mode!r}"
+            raise WorkflowError(msg)
+        run = getattr(agent, "run", None)
+        if not callable(run):
+            msg = f"{type(agent).__name__} has no run(data, **kwargs) method"
+            raise WorkflowError(msg)
+        if mode == "inline" and not inspect.iscoroutinefunction(run):
+            msg = (
+                f"{type(agent).__name__}.run is not async: inline mode awaits it in the event "
+                "loop; make it `async def run(...)` or use mode='subproc'"
+            )
+            raise WorkflowError(msg)
+        self.agent = agent
+        self.proxy_addr = proxy_addr.rstrip("/")
+        self.admin_key = admin_key
+        self.mode = mode
+        self.discount = discount
+        self.style: ExportStyle = style
+        self.aggregate: Aggregate = aggregate
+        self.return_tensors = return_tensors
+        self.episode_timeout = episode_timeout
+        self.failures = 0
+        self._http = http_client or httpx.AsyncClient(timeout=httpx.Timeout(3600.0, connect=30.0))
+        self._pool = AgentPool(subproc_workers) if mode == "subproc" else None
+
+    async def arun_episode(self, engine: Any, data: Any) -> EpisodeResult:
+        session = OpenAIProxyClient(self.proxy_addr, self.admin_key, http_client=self._http)
+        async with session:
+            try:
+                result = await self._run_agent(session, data)
+            except (Exception, EpisodeFailed) as exc:
+                self.failures += 1
+                logger.warning("episode rejected: the agent failed: %r", exc)
+                result = _REJECTED
+            if result is not _REJECTED:
+                await self._assign_rewards(session, result)
+        exported = await session.export_interactions(
+            discount=self.discount, style=self.style, aggregate=self.aggregate
+        )
+        if result is _REJECTED:
+            return None
+        if self.return_tensors:
+            return concat_padded_tensors([i.to_tensor_dict() for i in exported.values()])
+        return exported
+
+    async def _run_agent(self, session: OpenAIProxyClient, data: Any) -> Any:
+        assert session.api_key is not None
+        if self._pool is not None:
+            run = self._pool.run(self.agent, data, session.proxy_url, session.api_key)
+        else:
+            run = self.agent.run(
+                data,
+                base_url=session.base_url,
+                api_key=session.api_key,
+                http_client=self._http,
+            )
+        if self.episode_timeout is None:
+            return await run
+        return await asyncio.wait_for(run, self.episode_timeout)
+
+    async def _assign_rewards(self, session: OpenAIProxyClient, result: Any) -> None:
+        if result is None:
+            logger.warning("agent returned None: no reward assigned (discounting gives zeros)")
+        elif isinstance(result, numbers.Real) and not isinstance(result, bool):
+            if not math.isfinite(float(result)):
+                msg = f"agent returned a non-finite reward {result}"
+                raise WorkflowError(msg)
+            await session.set_last_reward(float(result))
+        elif isinstance(result, Mapping):
+            for interaction_id, reward in result.items():
+                await session.set_reward(str(interaction_id), reward)
+        else:
+            msg = (
+                f"agent.run returned {type(result).__name__}; return a number (reward of the "
+                "last reply), a dict {interaction_id: reward}, or None"
+            )
+            raise WorkflowError(msg)
+
+    async def aclose(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+        await self._http.aclose()
+
+
+_REJECTED: Any = object()
+
+
+class GroupedRolloutWorkflow(RolloutWorkflow):
+    """`group_size` episodes of the same row, concurrently; the results merged.
+
+    Tensor dicts are stacked along the batch (right-padded to the longest), interaction dicts
+    merged by id; rejected episodes are dropped; None when every episode was rejected.
+    """
+
+    def __init__(self, workflow: RolloutWorkflow, group_size: int) -> None:
+        if group_size < 1:
+            msg = f"group_size must be >= 1, got {group_size}"
+            raise WorkflowError(msg)
+        self.workflow = workflow
+        self.group_size = group_size
+
+    async def arun_episode(self, engine: Any, data: Any) -> EpisodeResult:
+        results = await asyncio.gather(
+            *(self.workflow.arun_episode(engine, data) for _ in range(self.group_size))
+        )
+        return merge_results([r for r in results if r is not None])
+
+
+def merge_results(results: list[Any]) -> EpisodeResult:
+    if not results:
+        return None
+    if all(_is_tensor_dict(r) for r in results):
+        return concat_padded_tensors(results)
+    merged: Interactions = {}
+    for result in results:
+        if _is_tensor_dict(result):
+            msg = "cannot merge tensor dicts with interaction dicts in one group"
+            raise WorkflowError(msg)
+        merged.update(result)
+    return merged
+
+
+def _is_tensor_dict(result: Any) -> bool:
+    return (
+        isinstance(result, Mapping)
+        and "input_ids" in result
+        and hasattr(result["input_ids"], "shape")
+    )
+
+
+def _load(spec: str) -> Any:
+    """`pkg.module:Name`, `pkg.module.Name` or `path/to/file.py:Name`."""
+    if ":" in spec:
+        module_name, _, attribute = spec.rpartition(":")
+    else:
+        module_name, _, attribute = spec.rpartition(".")
+    if not module_name or not attribute:
+        msg = f"{spec!r} is not 'pkg.module:Name', 'pkg.module.Name' or 'file.py:Name'"
+        raise WorkflowError(msg)
+    if module_name.endswith(".py"):
+        module = _load_file(Path(module_name))
+    else:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            msg = f"cannot import {module_name!r} for {spec!r}: {exc}"
+            raise WorkflowError(msg) from exc
+    try:
+        return getattr(module, attribute)
+    except AttributeError:
+        msg = f"module {module_name!r} has no attribute {attribute!r}"
+        raise WorkflowError(msg) from None
+
+
+def _load_file(path: Path) -> Any:
+    if not path.is_file():
+        msg = f"no such file {path}"
+        raise WorkflowError(msg)
+    name = f"rltap_agent_{path.stem}_{abs(hash(path.resolve()))}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        msg = f"cannot load {path} as a module"
+        raise WorkflowError(msg)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # pickle finds the agent's class by this name (subproc mode)
+    spec.loader.exec_module(module)
+    return module
+
+
+def resolve_workflow(
+    workflow: Any,
+    workflow_kwargs: Mapping[str, Any] | None = None,
+    group_size: int = 1,
+    proxy_addr: str | None = None,
+    *,
+    admin_key: str | None = None,
+    **proxy_options: Any,
+) -> RolloutWorkflow:
+    """A `RolloutWorkflow` from an instance, a class, or a dotted/file path to one.
+
+    Agents (anything with a `run` method that is not a RolloutWorkflow) are wrapped in
+    `OpenAIProxyWorkflow(agent, proxy_addr=..., admin_key=..., **proxy_options)`.
+    """
+    kwargs = dict(workflow_kwargs or {})
+    if isinstance(workflow, str):
+        workflow = _load(workflow)
+    if isinstance(workflow, type):
+        if not (issubclass(workflow, RolloutWorkflow) or hasattr(workflow, "run")):
+            msg = f"{workflow.__name__} is neither a RolloutWorkflow nor an agent with run()"
+            raise WorkflowError(msg)
+        workflow = workflow(**kwargs)
+    if not isinstance(workflow, RolloutWorkflow):
+        if not hasattr(workflow, "run"):
+            msg = f"{type(workflow).__name__} is neither a RolloutWorkflow nor has run(data)"
+            raise WorkflowError(msg)
+        if proxy_addr is None or admin_key is None:
+            msg = "an agent needs proxy_addr and admin_key to run against the proxy"
+            raise WorkflowError(msg)
+        workflow = OpenAIProxyWorkflow(
+            workflow, proxy_addr=proxy_addr, admin_key=admin_key, **proxy_options
+        )
+    resolved: RolloutWorkflow = workflow
+    if group_size > 1:
+        return GroupedRolloutWorkflow(resolved, group_size)
+    return resolved

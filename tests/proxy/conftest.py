@@ -1,0 +1,81 @@
+"""A real proxy on 127.0.0.1 (uvicorn) in front of the scripted engine and the tiny model."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rltap.chat.renderer import ChatRenderer
+from rltap.chat.streaming import build_output_parser
+from rltap.engines.scripted import ScriptedEngine
+from rltap.proxy.app import ProxyConfig
+from rltap.proxy.state import ProxyLimits
+from rltap.session import SessionConfig
+from rltap.testing.proxy import TEST_ADMIN_KEY, RunningProxy, start_test_proxy
+from rltap.testing.scripts import tool_loop
+
+Script = Callable[[Sequence[Mapping[str, Any]], Sequence[Mapping[str, Any]] | None, int], str]
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_model_dir: Path) -> Any:
+    """The tiny model loaded once; every scripted engine in the session shares it."""
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype="float32").eval()
+
+
+@pytest.fixture(scope="session")
+def renderer(tiny_model_dir: Path) -> ChatRenderer:
+    return ChatRenderer.from_pretrained(tiny_model_dir, mode="concat")
+
+
+ProxyFactory = Callable[..., Any]
+
+
+@pytest.fixture
+async def make_proxy(
+    tiny_model: Any, tiny_model_dir: Path, renderer: ChatRenderer
+) -> AsyncIterator[ProxyFactory]:
+    """Start proxies with a given script, engine options and limits; all stop at teardown."""
+    async with contextlib.AsyncExitStack() as stack:
+
+        async def start(
+            script: Script = tool_loop,
+            *,
+            limits: ProxyLimits | None = None,
+            max_context: int = 2048,
+            reasoning_parser: str | None = "qwen3",
+            **engine_options: Any,
+        ) -> RunningProxy:
+            engine = ScriptedEngine(
+                script, tiny_model, tokenizer=renderer.tokenizer, **engine_options
+            )
+            config = ProxyConfig(
+                admin_key=TEST_ADMIN_KEY,
+                model_name="tiny",
+                limits=limits or ProxyLimits(capacity=64),
+                session=SessionConfig(
+                    max_context=max_context,
+                    default_max_tokens=256,
+                    output_parser=build_output_parser("hermes", reasoning_parser),
+                ),
+                max_body_bytes=1_000_000,
+            )
+            running: RunningProxy = await stack.enter_async_context(
+                start_test_proxy(engine, renderer, config)
+            )
+            return running
+
+        yield start
+
+
+@pytest.fixture
+async def proxy(make_proxy: ProxyFactory) -> RunningProxy:
+    """A proxy running the tool-loop script."""
+    running: RunningProxy = await make_proxy()
+    return running

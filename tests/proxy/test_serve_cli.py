@@ -1,0 +1,82 @@
+"""`rltap serve` as a user runs it: a real process, a generated admin key, a real client."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "RLTAP_ADMIN_KEY"}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        pytest.param("admin", id="known"),
+        pytest.param("", id="empty"),
+        pytest.param("short", id="short"),
+    ],
+)
+def test_a_weak_admin_key_is_refused_beyond_loopback(tiny_model_dir: Path, key: str) -> None:
+    command = [
+        sys.executable, "-m", "rltap.cli", "serve", "--host", "0.0.0.0", "--admin-key", key,
+        "--engine", "scripted", "--script", "rltap.testing.scripts:echo",
+        "--model", str(tiny_model_dir),
+    ]  # fmt: skip
+    env = _env()
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert "refusing to listen on 0.0.0.0" in result.stderr
+
+
+def test_serve_prints_a_generated_key_and_answers(tiny_model_dir: Path) -> None:
+    port = _free_port()
+    command = [
+        sys.executable, "-m", "rltap.cli", "serve", "--port", str(port),
+        "--engine", "scripted", "--script", "rltap.testing.scripts:echo",
+        "--model", str(tiny_model_dir), "--model-name", "tiny",
+    ]  # fmt: skip
+    process = subprocess.Popen(command, env=_env(), stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        first = process.stdout.readline()
+        assert first.startswith("rltap admin key (generated): ")
+        admin_key = first.split(": ", 1)[1].strip()
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{url}/health").status_code == 200:
+                    break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "rltap serve did not come up"
+                time.sleep(0.2)
+        admin = {"authorization": f"Bearer {admin_key}"}
+        session = httpx.post(f"{url}/rl/start_session", json={}, headers=admin).json()
+        reply = httpx.post(
+            f"{url}/v1/chat/completions",
+            json={"model": "tiny", "messages": [{"role": "user", "content": "hi"}]},
+            headers={"authorization": f"Bearer {session['api_key']}"},
+            timeout=60,
+        )
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["choices"][0]["message"]["content"] == "Turn 0: you said: hi"
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
