@@ -1,7 +1,8 @@
 """The proxy's HTTP surface: thin FastAPI routes over the session store and the protocol modules.
 
 Routes parse bodies themselves (orjson) and answer with `Response`/`StreamingResponse`: the wire
-models live in `rltap.protocols`, the work in `rltap.session`. Every `RltapError` becomes the API's
+models live in `rltap.protocols`, the work in `rltap.session`, and `rltap.exchange` joins them
+(the direct client uses the same exchange in process). Every `RltapError` becomes the API's
 own error body (Anthropic's on /v1/messages, OpenAI's elsewhere) with its status code, in
 `rltap.proxy.errors`.
 """
@@ -13,34 +14,24 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import orjson
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import StreamingResponse
 
+from rltap import exchange
 from rltap.chat.renderer import ChatRenderer
 from rltap.engines.base import InferenceEngine
-from rltap.errors import RltapError
-from rltap.protocols import anthropic_messages, openai_chat, openai_responses
-from rltap.protocols.base import CanonicalRequest, Generation, GenerationEnd, StreamEvent
+from rltap.protocols.base import Api, Generation
 from rltap.proxy import rl_routes
 from rltap.proxy.errors import install_error_handlers
 from rltap.proxy.metrics import ProxyMetrics
 from rltap.proxy.middleware import BodyLimitMiddleware, MetricsMiddleware
 from rltap.proxy.requests import read_json, request_key
-from rltap.proxy.sse import format_sse
-from rltap.proxy.state import ProxyLimits, SessionRecord, SessionStore
+from rltap.proxy.state import ProxyLimits, SessionStore
 from rltap.session import Session, SessionConfig
 
 __all__ = ["ProxyConfig", "ProxyState", "create_app"]
-
-_PROTOCOLS: dict[str, Any] = {
-    "chat": openai_chat,
-    "responses": openai_responses,
-    "messages": anthropic_messages,
-}
-_PAYLOAD_FIELD = {"chat": "completion", "responses": "response", "messages": "anthropic_message"}
 
 
 @dataclass(slots=True, kw_only=True)
@@ -108,45 +99,40 @@ def create_app(engine: InferenceEngine, renderer: ChatRenderer, config: ProxyCon
 
 
 def _add_generation_routes(app: FastAPI, state: ProxyState) -> None:
-    for api, paths in (
+    routes: tuple[tuple[Api, tuple[str, ...]], ...] = (
         ("chat", ("/v1/chat/completions", "/chat/completions")),
         ("responses", ("/v1/responses", "/responses")),
         ("messages", ("/v1/messages",)),
-    ):
+    )
+    for api, paths in routes:
         handler = _generation_handler(state, api)
         for path in paths:
             app.add_api_route(path, handler, methods=["POST"], name=f"{api}:{path}")
 
 
-def _generation_handler(state: ProxyState, api: str) -> Callable[[Request], Awaitable[Response]]:
-    protocol = _PROTOCOLS[api]
-
+def _generation_handler(state: ProxyState, api: Api) -> Callable[[Request], Awaitable[Response]]:
     async def handle(request: Request) -> Response:
         started = time.perf_counter()
         record = state.store.session_for_key(request_key(request))
-        canonical: CanonicalRequest = protocol.parse_request(await read_json(request))
-        if canonical.stream:
-            return await _stream(state, api, record, canonical, started)
+        canonical = exchange.parse(api, await read_json(request))
         record.call_started()
-        try:
-            generations = await record.session.generate(canonical)
-        finally:
+
+        def done(generations: list[Generation]) -> None:
             record.call_finished()
             state.store.touch(record)
-        body = protocol.build_response(canonical, generations)
-        _attach_payload(record, api, generations, body)
-        _observe(state, api, started, generations)
-        return Response(orjson.dumps(body), media_type="application/json")
+            if generations:
+                _observe(state, api, started, generations)
+
+        result = await exchange.reply(record.session, canonical, done)
+        if isinstance(result, exchange.JsonReply):
+            return Response(orjson.dumps(result.body), media_type="application/json")
+        return StreamingResponse(
+            result.chunks,
+            media_type="text/event-stream",
+            headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
+        )
 
     return handle
-
-
-def _attach_payload(
-    record: SessionRecord, api: str, generations: list[Generation], body: dict[str, Any]
-) -> None:
-    cache = record.session.cache
-    for generation in generations:
-        setattr(cache[generation.interaction_id], _PAYLOAD_FIELD[api], body)
 
 
 def _observe(state: ProxyState, api: str, started: float, generations: list[Generation]) -> None:
@@ -157,51 +143,3 @@ def _observe(state: ProxyState, api: str, started: float, generations: list[Gene
         sum(g.prompt_tokens for g in generations),
         sum(g.completion_tokens for g in generations),
     )
-
-
-async def _stream(
-    state: ProxyState, api: str, record: SessionRecord, canonical: CanonicalRequest, started: float
-) -> Response:
-    protocol = _PROTOCOLS[api]
-    events = aiter(record.session.stream(canonical))
-    record.call_started()
-    try:
-        # Errors before the first event (auth, context length) are still plain HTTP errors.
-        first = await anext(events)
-    except BaseException:
-        record.call_finished()
-        raise
-    encoder = protocol.StreamEncoder(canonical)
-
-    async def body() -> AsyncIterator[bytes]:
-        generations: list[Generation] = []
-        event: StreamEvent | None = first
-        try:
-            while event is not None:
-                if isinstance(event, GenerationEnd):
-                    generations.append(event.generation)
-                for sse in encoder.encode(event):
-                    yield format_sse(sse)
-                event = await anext(events, None)
-            for sse in encoder.finish():
-                yield format_sse(sse)
-            _observe(state, api, started, generations)
-        except RltapError as exc:
-            for sse in encoder.error(exc):
-                yield format_sse(sse)
-        finally:
-            record.call_finished()
-            state.store.touch(record)
-            await _close(events)
-
-    return StreamingResponse(
-        body(),
-        media_type="text/event-stream",
-        headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
-    )
-
-
-async def _close(events: AsyncIterator[StreamEvent]) -> None:
-    aclose = getattr(events, "aclose", None)
-    if aclose is not None:
-        await aclose()
