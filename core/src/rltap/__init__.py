@@ -1,6 +1,14 @@
-"""rltap: token-level capture of agent LLM calls for agentic reinforcement learning."""
+"""rltap: token-level capture of agent LLM calls for agentic reinforcement learning.
+
+The seed's names are importable from here: `ArealOpenAI`, `InteractionWithTokenLogpReward`,
+`OpenAIProxyClient`, `OpenAIProxyWorkflow`. Names whose modules pull in the HTTP stack are
+imported on first use, so `import rltap` stays light.
+"""
 
 from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from rltap.cache import InteractionCache
 from rltap.export import concat_padded_tensors
@@ -15,15 +23,52 @@ from rltap.types import (
     TokenSequence,
 )
 
+if TYPE_CHECKING:
+    from rltap.client import ArealOpenAI, DirectOpenAI
+    from rltap.proxy.client import OpenAIProxyClient
+    from rltap.workflow import (
+        GroupedRolloutWorkflow,
+        OpenAIProxyWorkflow,
+        RolloutWorkflow,
+        resolve_workflow,
+    )
+
 __all__ = [
+    "ArealOpenAI",
+    "DirectOpenAI",
+    "GroupedRolloutWorkflow",
     "InteractionCache",
     "InteractionStatus",
     "InteractionWithTokenLogpReward",
     "LogprobConvention",
     "ModelRequest",
     "ModelResponse",
+    "OpenAIProxyClient",
+    "OpenAIProxyWorkflow",
+    "RolloutWorkflow",
     "StopReason",
     "TokenChunk",
     "TokenSequence",
     "concat_padded_tensors",
+    "resolve_workflow",
 ]
+
+_LAZY = {
+    "ArealOpenAI": "rltap.client",
+    "DirectOpenAI": "rltap.client",
+    "OpenAIProxyClient": "rltap.proxy.client",
+    "GroupedRolloutWorkflow": "rltap.workflow",
+    "OpenAIProxyWorkflow": "rltap.workflow",
+    "RolloutWorkflow": "rltap.workflow",
+    "resolve_workflow": "rltap.workflow",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        msg = f"module 'rltap' has no attribute {name!r}"
+        raise AttributeError(msg)
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -1,4 +1,4 @@
-"""The `rltap` command line: `rltap serve`, `rltap models tokenizer DIR`, `rltap models tiny DIR`.
+"""The `rltap` command line: `rltap serve`, `rltap rollout`, `rltap models tokenizer|tiny DIR`.
 
 Each top-level subcommand is one `_add_<name>_command(subparsers)` function that registers its
 parser and sets `handler` to a function `(args) -> int`; `COMMANDS` lists them in help order.
@@ -89,7 +89,43 @@ def _serve(args: argparse.Namespace) -> int:
     return run_serve(args)
 
 
-COMMANDS: tuple[Callable[[_Subparsers], None], ...] = (_add_serve_command, _add_models_command)
+def _add_rollout_command(subparsers: _Subparsers) -> None:
+    from rltap.proxy.options import add_serve_arguments
+
+    rollout = subparsers.add_parser(
+        "rollout",
+        help="run an agent over a JSONL dataset and write trajectories",
+        description="Run AGENT (pkg.module:Name or path/agent.py:Name, with async run(data, "
+        "**kwargs)) on every row of --data through the proxy: an in-process engine and proxy "
+        "unless --proxy is given. Writes trajectories.jsonl, batch.safetensors and summary.json "
+        "to --out; running again with the same --out resumes.",
+    )
+    rollout.add_argument("agent", help="pkg.module:Name or path/to/agent.py:Name")
+    rollout.add_argument("--data", required=True, help="JSONL dataset, one row per line")
+    rollout.add_argument("--out", required=True, help="output folder")
+    rollout.add_argument("--proxy", default=None, help="use a running proxy at this URL")
+    rollout.add_argument("--admin-key", default=None, help="its admin key (or RLTAP_ADMIN_KEY)")
+    rollout.add_argument("--group-size", type=int, default=1, help="episodes per row")
+    rollout.add_argument("--concurrency", type=int, default=8, help="rows at once")
+    rollout.add_argument("--mode", choices=["inline", "subproc"], default="inline")
+    rollout.add_argument("--discount", type=float, default=1.0, help="turn discount")
+    rollout.add_argument("--style", choices=["individual", "concat"], default="individual")
+    rollout.add_argument("--episode-timeout", type=float, default=None, help="seconds")
+    add_serve_arguments(rollout)
+    rollout.set_defaults(handler=_rollout)
+
+
+def _rollout(args: argparse.Namespace) -> int:
+    from rltap.rollout import rollout_command
+
+    return rollout_command(args)
+
+
+COMMANDS: tuple[Callable[[_Subparsers], None], ...] = (
+    _add_serve_command,
+    _add_rollout_command,
+    _add_models_command,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -22,6 +22,7 @@ import math
 import numbers
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -34,6 +35,7 @@ from rltap.subproc import AgentPool, EpisodeFailed
 from rltap.types import InteractionWithTokenLogpReward
 
 __all__ = [
+    "Episode",
     "EpisodeResult",
     "GroupedRolloutWorkflow",
     "OpenAIProxyWorkflow",
@@ -47,6 +49,15 @@ logger = logging.getLogger("rltap.workflow")
 Interactions = dict[str, InteractionWithTokenLogpReward]
 EpisodeResult = dict[str, Any] | Interactions | None
 Mode = Literal["inline", "subproc"]
+
+
+@dataclass(slots=True)
+class Episode:
+    """What one agent run left: its session and exported interactions, or why it failed."""
+
+    session_id: str
+    interactions: Interactions | None
+    error: str | None = None
 
 
 class WorkflowError(TypeError):
@@ -116,24 +127,39 @@ class OpenAIProxyWorkflow(RolloutWorkflow):
         self._pool = AgentPool(subproc_workers) if mode == "subproc" else None
 
     async def arun_episode(self, engine: Any, data: Any) -> EpisodeResult:
-        session = OpenAIProxyClient(self.proxy_addr, self.admin_key, http_client=self._http)
+        episode = await self.run_episode(data)
+        if episode.interactions is None:
+            return None
+        if self.return_tensors:
+            tensors = [i.to_tensor_dict() for i in episode.interactions.values()]
+            return concat_padded_tensors(tensors)
+        return episode.interactions
+
+    async def run_episode(self, data: Any, task_id: str | None = None) -> Episode:
+        """One episode with its session id; `interactions` is None when it was rejected."""
+        session = OpenAIProxyClient(
+            self.proxy_addr, self.admin_key, task_id=task_id, http_client=self._http
+        )
+        error: str | None = None
         async with session:
             try:
                 result = await self._run_agent(session, data)
             except (Exception, EpisodeFailed) as exc:
                 self.failures += 1
-                logger.warning("episode rejected: the agent failed: %r", exc)
-                result = _REJECTED
-            if result is not _REJECTED:
+                error = f"{type(exc).__name__}: {exc}"
+                logger.warning("episode rejected: the agent failed: %s", error)
+            else:
                 await self._assign_rewards(session, result)
+        # Exporting frees the session on the proxy, also for a rejected episode.
         exported = await session.export_interactions(
             discount=self.discount, style=self.style, aggregate=self.aggregate
         )
-        if result is _REJECTED:
-            return None
-        if self.return_tensors:
-            return concat_padded_tensors([i.to_tensor_dict() for i in exported.values()])
-        return exported
+        assert session.session_id is not None
+        return Episode(
+            session_id=session.session_id,
+            interactions=None if error is not None else exported,
+            error=error,
+        )
 
     async def _run_agent(self, session: OpenAIProxyClient, data: Any) -> Any:
         assert session.api_key is not None
@@ -172,9 +198,6 @@ class OpenAIProxyWorkflow(RolloutWorkflow):
         if self._pool is not None:
             self._pool.shutdown()
         await self._http.aclose()
-
-
-_REJECTED: Any = object()
 
 
 class GroupedRolloutWorkflow(RolloutWorkflow):
