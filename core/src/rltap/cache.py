@@ -65,6 +65,11 @@ class InteractionCache(Mapping[str, InteractionWithTokenLogpReward]):
     def __contains__(self, interaction_id: object) -> bool:
         return interaction_id in self._items
 
+    def get(  # type: ignore[override]
+        self, interaction_id: str, default: InteractionWithTokenLogpReward | None = None
+    ) -> InteractionWithTokenLogpReward | None:
+        return self._items.get(interaction_id, default)
+
     def __setitem__(self, interaction_id: str, interaction: InteractionWithTokenLogpReward) -> None:
         """The seed's way to record an interaction: `cache[id] = interaction`."""
         interaction.interaction_id = interaction_id

@@ -13,6 +13,7 @@ closing the engine's stream.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -106,10 +107,7 @@ class Session:
     def _resolve_history(self, request: CanonicalRequest) -> list[dict[str, Any]]:
         if request.previous_response_id is None:
             return request.messages
-        try:  # not `cache.get`: a missing id raises InteractionNotFound, not KeyError
-            previous = self.cache[request.previous_response_id]
-        except NotFound:
-            previous = None
+        previous = self.cache.get(request.previous_response_id)
         if previous is None or not previous.is_complete:
             msg = f"previous response {request.previous_response_id!r} not found in this session"
             raise NotFound(msg, param="previous_response_id")
@@ -223,13 +221,16 @@ class Session:
         finished = False
         started = time.perf_counter()
         try:
-            async for chunk in self.engine.stream(model_request):
-                response.extend(chunk)
-                text_ids = [t for t in chunk.token_ids if t not in self._stop_ids]
-                new = parser.feed(decoder.push(text_ids)) if text_ids else []
-                deltas.extend(new)
-                if new or chunk.token_ids:
-                    yield self._delta(request, index, new, chunk.token_ids, chunk.logprobs)
+            # Closing the engine stream (here, not at garbage collection) aborts the request.
+            chunks = self.engine.stream(model_request)
+            async with _closing(chunks):
+                async for chunk in chunks:
+                    response.extend(chunk)
+                    text_ids = [t for t in chunk.token_ids if t not in self._stop_ids]
+                    new = parser.feed(decoder.push(text_ids)) if text_ids else []
+                    deltas.extend(new)
+                    if new or chunk.token_ids:
+                        yield self._delta(request, index, new, chunk.token_ids, chunk.logprobs)
             if response.stop_reason is StopReason.ABORT:
                 msg = "the engine aborted the generation"
                 raise EngineError(msg, is_retryable=True)
@@ -299,6 +300,16 @@ class Session:
             token_texts=self._token_texts(response.output_tokens) if request.logprobs else [],
             created=created,
         )
+
+
+@contextlib.asynccontextmanager
+async def _closing(stream: AsyncIterator[Any]) -> AsyncIterator[None]:
+    try:
+        yield
+    finally:
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            await aclose()
 
 
 def output_message(parsed: ParsedOutput) -> dict[str, Any]:
