@@ -43,6 +43,7 @@ from typing import Any
 
 from jinja2 import TemplateError
 
+from rltap.chat.template_render import CompiledChatTemplate
 from rltap.errors import InvalidRequest
 from rltap.types import InteractionWithTokenLogpReward
 
@@ -114,6 +115,9 @@ class ChatRenderer:
         if chat_template is None and not getattr(tokenizer, "chat_template", None):
             msg = "the tokenizer has no chat template; pass chat_template="
             raise ValueError(msg)
+        self._template = _compiled_template(tokenizer, chat_template)
+        backend = getattr(tokenizer, "backend_tokenizer", None)
+        self._backend = backend if callable(getattr(backend, "encode", None)) else None
         self._end_of_turn = end_of_turn if end_of_turn is not None else str(tokenizer.eos_token)
         self._end_of_turn_ids = tuple(self._encode(self._end_of_turn))
         if not self._end_of_turn_ids:
@@ -222,6 +226,13 @@ class ChatRenderer:
     ) -> str:
         """The chat template's text for the conversation."""
         try:
+            if self._template is not None:
+                return self._template.render(
+                    messages,
+                    tools=tools,
+                    add_generation_prompt=add_generation_prompt,
+                    template_kwargs=template_kwargs,
+                )
             text = self._tokenizer.apply_chat_template(
                 [dict(m) for m in messages],
                 tools=[dict(t) for t in tools] if tools else None,
@@ -259,6 +270,8 @@ class ChatRenderer:
         return StreamDecoder(self._tokenizer)
 
     def _encode(self, text: str) -> list[int]:
+        if self._backend is not None:  # the Rust tokenizer itself: same ids, less overhead
+            return list(self._backend.encode(text, add_special_tokens=False).ids)
         return [int(i) for i in self._tokenizer.encode(text, add_special_tokens=False)]
 
     def _new_messages_text(
@@ -291,6 +304,13 @@ class ChatRenderer:
         turns = head.count(self._end_of_turn)
         cut = _end_of_nth(full, self._end_of_turn, turns)
         return None if cut is None else full[cut:]
+
+
+def _compiled_template(tokenizer: Any, chat_template: str | None) -> CompiledChatTemplate | None:
+    try:
+        return CompiledChatTemplate(tokenizer, chat_template)
+    except ImportError:  # transformers moved its private compiler: use apply_chat_template
+        return None
 
 
 def _render_window(
