@@ -5,8 +5,9 @@
     latency <= 1 ms on a 2-core machine.
 (b) the embedded transformers engine with the tiny model (direct: the engine in this process).
 
-For each: sequential calls (direct and proxied calls interleaved, so drift hits both alike) give
-the median and p99 latency and their difference; 32 concurrent sessions x 8 turns give calls/s.
+For each: sequential calls (direct and proxied calls interleaved, so drift hits both alike, each
+call a different conversation) give the median and p99 latency and their difference; 32
+concurrent sessions x 8 turns give calls/s.
 
 Run: .venv/bin/python bench/proxy_overhead.py [--calls 400] [--skip-embedded]
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import socket
 import statistics
 import subprocess
@@ -40,6 +42,11 @@ BENCH = Path(__file__).resolve().parent
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
 QUESTION = "What is the capital of France? Answer in one word."
 Call = Callable[[], Awaitable[Any]]
+
+
+def question(number: int) -> list[dict[str, Any]]:
+    """A different conversation per call, so no call repeats another's work."""
+    return [SYSTEM, {"role": "user", "content": f"Question {number}: {QUESTION}"}]
 
 
 def free_port() -> int:
@@ -151,7 +158,7 @@ async def proxy_session(proxy: Proxy, turns: int) -> int:
 async def bench_vllm(args: argparse.Namespace, progress: Progress) -> dict[str, float]:
     tokenizer_dir = cached_qwen_tokenizer_dir()
     renderer = ChatRenderer.from_pretrained(tokenizer_dir)
-    prompt = renderer.render([SYSTEM, {"role": "user", "content": QUESTION}]).input_ids
+    prompts = [renderer.render(question(i)).input_ids for i in range(args.calls)]
     fake_port, proxy_port = free_port(), free_port()
     fake = [sys.executable, str(BENCH / "fake_vllm.py"), "--port", str(fake_port)]
     fake_url = f"http://127.0.0.1:{fake_port}"
@@ -169,20 +176,21 @@ async def bench_vllm(args: argparse.Namespace, progress: Progress) -> dict[str, 
             proxy = Proxy(f"http://127.0.0.1:{proxy_port}", http)
             await wait_ready(http, f"{proxy.url}/health", proxy_process)
             key = await proxy.session_key()
-            body = {
-                "model": "fake",
-                "prompt": prompt,
-                "max_tokens": 8,
-                "logprobs": 0,
-                "return_token_ids": True,
-            }
-            messages = [SYSTEM, {"role": "user", "content": QUESTION}]
+            direct_calls = itertools.count()
+            proxied_calls = itertools.count()
 
             async def direct() -> Any:
+                body = {
+                    "model": "fake",
+                    "prompt": prompts[next(direct_calls) % len(prompts)],
+                    "max_tokens": 8,
+                    "logprobs": 0,
+                    "return_token_ids": True,
+                }
                 return (await http.post(f"{fake_url}/v1/completions", json=body)).raise_for_status()
 
             async def proxied() -> Any:
-                return await proxy.chat(key, messages)
+                return await proxy.chat(key, question(next(proxied_calls) % len(prompts)))
 
             result = await sequential(direct, proxied, args.calls, progress, "vllm")
 
@@ -203,8 +211,8 @@ async def bench_embedded(args: argparse.Namespace, progress: Progress) -> dict[s
 
     model_dir = cached_tiny_model_dir()
     renderer = ChatRenderer.from_pretrained(model_dir)
-    messages = [SYSTEM, {"role": "user", "content": QUESTION}]
-    prompt = renderer.render(messages).input_ids
+    calls = max(20, args.calls // 10)
+    prompts = [renderer.render(question(i)).input_ids for i in range(calls)]
     engine = TransformersEngine(str(model_dir))
     await engine.start()
     port = free_port()
@@ -215,17 +223,20 @@ async def bench_embedded(args: argparse.Namespace, progress: Progress) -> dict[s
             await wait_ready(http, f"{proxy.url}/health", process)
             key = await proxy.session_key()
 
+            direct_calls = itertools.count()
+            proxied_calls = itertools.count()
+
             async def direct() -> Any:
                 request = ModelRequest(
-                    input_ids=prompt, max_new_tokens=8, temperature=0.0,
-                    stop_token_ids=list(renderer.stop_token_ids),
+                    input_ids=prompts[next(direct_calls) % calls], max_new_tokens=8,
+                    temperature=0.0, stop_token_ids=list(renderer.stop_token_ids),
                 )  # fmt: skip
                 return await engine.generate(request)
 
             async def proxied() -> Any:
+                messages = question(next(proxied_calls) % calls)
                 return await proxy.chat(key, messages, temperature=0.0)
 
-            calls = max(20, args.calls // 10)
             result = await sequential(direct, proxied, calls, progress, "embedded")
 
             async def direct_worker(_: int) -> int:
@@ -293,7 +304,7 @@ def main() -> int:
     except ImportError:
         pass
     results = asyncio.run(run(args))
-    console = Console()
+    console = Console(width=160)
     report(console, results, args)
     vllm = results["vllm (instant fake)"]
     added = (vllm["proxy_med"] - vllm["direct_med"]) * 1e3

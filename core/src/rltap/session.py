@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +42,7 @@ from rltap.types import (
     ModelRequest,
     ModelResponse,
     StopReason,
+    TokenChunk,
 )
 
 __all__ = ["Session", "SessionConfig", "new_interaction_id"]
@@ -222,7 +223,11 @@ class Session:
         started = time.perf_counter()
         try:
             # Closing the engine stream (here, not at garbage collection) aborts the request.
-            chunks = self.engine.stream(model_request)
+            # A client that does not stream gets one engine call, not a token-by-token stream.
+            if request.stream:
+                chunks = self.engine.stream(model_request)
+            else:
+                chunks = _whole(self.engine.generate(model_request))
             async with _closing(chunks):
                 async for chunk in chunks:
                     response.extend(chunk)
@@ -300,6 +305,16 @@ class Session:
             token_texts=self._token_texts(response.output_tokens) if request.logprobs else [],
             created=created,
         )
+
+
+async def _whole(generation: Awaitable[ModelResponse]) -> AsyncIterator[TokenChunk]:
+    response = await generation
+    yield TokenChunk(
+        token_ids=response.output_tokens,
+        logprobs=response.output_logprobs,
+        versions=response.output_versions,
+        stop_reason=response.stop_reason,
+    )
 
 
 @contextlib.asynccontextmanager
