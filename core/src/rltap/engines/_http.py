@@ -1,0 +1,263 @@
+"""What the HTTP engines (vLLM, SGLang) share: one aiohttp session, error mapping, SSE reading.
+
+Every aiohttp, connection and timeout failure and every HTTP error status crosses into rltap's
+error hierarchy in one place, `map_http_errors` (the pattern of httpx's
+`map_httpcore_exceptions`), so the engines never see a backend exception:
+
+    connect refused / DNS / connect timeout  -> EngineUnavailable (retryable)
+    no byte from the engine within `timeout` -> EngineTimeout     (retryable)
+    connection dropped mid-response          -> EngineError       (retryable)
+    invalid JSON or any other client error   -> EngineError       (not retryable)
+    HTTP 408 / 504                           -> EngineTimeout     (retryable)
+    HTTP 429 / 502 / 503                     -> EngineUnavailable (retryable)
+    HTTP 500 and other 5xx                   -> EngineError       (retryable)
+    HTTP 400, 404, 422 and other 4xx         -> EngineError       (not retryable, engine's message)
+
+5xx count as retryable because a restarting or overloaded engine answers with them; a request
+the engine rejects as malformed (4xx) fails the same way every time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import orjson
+
+from rltap.errors import EngineError, EngineTimeout, EngineUnavailable
+
+__all__ = [
+    "EngineHTTPClient",
+    "InflightRequests",
+    "error_for_status",
+    "iter_sse_data",
+    "map_http_errors",
+]
+
+_JSON_HEADERS = {"Content-Type": "application/json"}
+_MAX_ERROR_TEXT = 2000
+
+
+def _engine_message(body: bytes) -> str:
+    """The human message inside an engine's error body, whatever its shape."""
+    text = body.decode("utf-8", errors="replace").strip()
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return text[:_MAX_ERROR_TEXT] or "(empty body)"
+    if isinstance(data, dict):
+        # vLLM and SGLang: {"error": {"message": ...}}; older vLLM: {"object": "error",
+        # "message": ...}; FastAPI validation: {"detail": ...}.
+        error = data.get("error")
+        if isinstance(error, dict) and "message" in error:
+            return str(error["message"])[:_MAX_ERROR_TEXT]
+        for key in ("message", "detail", "error"):
+            if key in data:
+                value = data[key]
+                return (value if isinstance(value, str) else str(value))[:_MAX_ERROR_TEXT]
+    return text[:_MAX_ERROR_TEXT]
+
+
+def error_for_status(engine: str, status: int, body: bytes) -> EngineError:
+    """The rltap error for an HTTP error `status` returned by `engine`, with its message."""
+    msg = f"{engine} returned HTTP {status}: {_engine_message(body)}"
+    if status in (408, 504):
+        return EngineTimeout(msg)
+    if status in (429, 502, 503):
+        return EngineUnavailable(msg)
+    return EngineError(msg, is_retryable=status >= 500)
+
+
+@contextlib.contextmanager
+def map_http_errors(engine: str, url: str) -> Iterator[None]:
+    """Translate aiohttp, socket, timeout and JSON errors raised inside into `EngineError`s."""
+    try:
+        yield
+    except EngineError:
+        raise
+    except aiohttp.ConnectionTimeoutError as exc:
+        msg = f"{engine} at {url} did not accept a connection in time"
+        raise EngineUnavailable(msg) from exc
+    except TimeoutError as exc:  # aiohttp's read timeouts subclass it
+        msg = f"{engine} at {url} sent nothing within the timeout"
+        raise EngineTimeout(msg) from exc
+    except aiohttp.ClientConnectorError as exc:
+        msg = f"{engine} at {url} is unreachable: {exc.os_error or exc}"
+        raise EngineUnavailable(msg) from exc
+    except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
+        msg = f"{engine} at {url} dropped the connection: {exc or type(exc).__name__}"
+        raise EngineError(msg, is_retryable=True) from exc
+    except aiohttp.ClientError as exc:
+        msg = f"request to {engine} at {url} failed: {exc or type(exc).__name__}"
+        raise EngineError(msg) from exc
+    except orjson.JSONDecodeError as exc:
+        msg = f"{engine} at {url} sent invalid JSON: {exc}"
+        raise EngineError(msg) from exc
+
+
+async def iter_sse_data(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+    """Yield the `data` payload of each server-sent event until `[DONE]` or the body ends.
+
+    Lines are split here rather than by `StreamReader.readline`, whose line-length limit a
+    cumulative SGLang chunk (every logprob so far, in one line) can exceed.
+    """
+    buffer = bytearray()
+    data: list[bytes] = []
+    async for piece in response.content.iter_any():
+        buffer += piece
+        start = 0
+        while (end := buffer.find(b"\n", start)) >= 0:
+            line = bytes(buffer[start:end]).rstrip(b"\r")
+            start = end + 1
+            if line.startswith(b"data:"):
+                data.append(line[5:].lstrip(b" "))
+            elif not line and data:
+                payload = b"\n".join(data)
+                data = []
+                if payload == b"[DONE]":
+                    return
+                yield payload
+        del buffer[:start]
+    if data and (payload := b"\n".join(data)) != b"[DONE]":
+        yield payload
+
+
+class EngineHTTPClient:
+    """An aiohttp session to one engine server, opened lazily on the running event loop.
+
+    `timeout` bounds how long the engine may stay silent (the whole body for plain requests,
+    the gap between two chunks for streams); `connect_timeout` bounds opening a connection.
+
+    Usage:
+        client = EngineHTTPClient("http://127.0.0.1:8000", engine="vLLM")
+        async with client.post("/v1/completions", body) as response:
+            data = await client.read_json(response)
+        await client.close()
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        engine: str,
+        api_key: str | None = None,
+        timeout: float | None = 600.0,
+        connect_timeout: float = 10.0,
+        max_connections: int = 0,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.engine = engine
+        self._headers = dict(_JSON_HEADERS)
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+        self._timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=connect_timeout, sock_read=timeout
+        )
+        self._max_connections = max_connections
+        self._session: aiohttp.ClientSession | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def session(self) -> aiohttp.ClientSession:
+        """The session for the running loop (a new loop, as in tests, gets a new session)."""
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._session.closed or self._loop is not loop:
+            connector = aiohttp.TCPConnector(limit=self._max_connections, ttl_dns_cache=300)
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                timeout=self._timeout,
+                headers=self._headers,
+            )
+            self._loop = loop
+        return self._session
+
+    @contextlib.asynccontextmanager
+    async def post(self, path: str, body: dict[str, Any]) -> AsyncIterator[aiohttp.ClientResponse]:
+        """POST `body` as JSON; yield the response once its status is known to be a success.
+
+        Leaving the block before the body is read closes the connection, which is how vLLM and
+        SGLang learn that the client went away and abort the request.
+        """
+        url = self.base_url + path
+        with map_http_errors(self.engine, url):
+            async with self.session().post(url, data=orjson.dumps(body)) as response:
+                if response.status >= 400:
+                    raise error_for_status(self.engine, response.status, await response.read())
+                try:
+                    yield response
+                finally:
+                    if not response.content.at_eof():
+                        response.close()
+
+    async def get_json(self, path: str) -> Any:
+        """GET `path` and decode its JSON body."""
+        url = self.base_url + path
+        with map_http_errors(self.engine, url):
+            async with self.session().get(url) as response:
+                if response.status >= 400:
+                    raise error_for_status(self.engine, response.status, await response.read())
+                return orjson.loads(await response.read())
+
+    async def read_json(self, response: aiohttp.ClientResponse) -> Any:
+        """The decoded JSON body of a response from `post`, errors mapped."""
+        with map_http_errors(self.engine, str(response.url)):
+            return orjson.loads(await response.read())
+
+    async def close(self) -> None:
+        """Close the session; the next request opens a new one."""
+        if self._session is not None and not self._session.closed:
+            with contextlib.suppress(RuntimeError):  # its loop may already be closed
+                await self._session.close()
+        self._session = None
+        self._loop = None
+
+
+@dataclass(slots=True)
+class _Inflight:
+    aborted: bool = False
+    response: aiohttp.ClientResponse | None = None
+    task: asyncio.Task[Any] | None = None
+
+
+@dataclass(slots=True)
+class InflightRequests:
+    """Requests in flight by id, so `abort(request_id)` can reach the one that runs it.
+
+    A plain request is aborted by cancelling the task awaiting it (it awaits nothing but the
+    engine); a stream by closing its response, which the engine sees as a disconnect.
+    """
+
+    _requests: dict[str, _Inflight] = field(default_factory=dict)
+
+    @contextlib.contextmanager
+    def track(self, request_id: str, *, cancel_task: bool) -> Iterator[_Inflight]:
+        if request_id in self._requests:
+            msg = f"request id {request_id!r} is already in flight"
+            raise EngineError(msg)
+        entry = _Inflight(task=asyncio.current_task() if cancel_task else None)
+        self._requests[request_id] = entry
+        try:
+            yield entry
+        finally:
+            del self._requests[request_id]
+
+    def abort(self, request_id: str) -> bool:
+        """Abort `request_id`; False when no such request is in flight."""
+        entry = self._requests.get(request_id)
+        if entry is None or entry.aborted:
+            return False
+        entry.aborted = True
+        if entry.response is not None:
+            entry.response.close()
+        elif entry.task is not None:
+            entry.task.cancel()
+        return True
+
+    def __contains__(self, request_id: object) -> bool:
+        return request_id in self._requests
+
+    def __len__(self) -> int:
+        return len(self._requests)

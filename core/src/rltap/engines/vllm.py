@@ -1,0 +1,269 @@
+"""vLLM over HTTP: token ids in, token ids with logprobs out, through `vllm serve`'s OpenAI server.
+
+Each request is one `POST /v1/completions` whose prompt is the token-id list itself, with
+`return_token_ids` (vLLM >= 0.10.2) so the reply carries the exact prompt and output ids, and
+`logprobs: 0` so it carries the sampled token's logprob. vLLM reports raw logprobs,
+log_softmax(logits) before temperature and filtering, unless the server was started with
+`--logprobs-mode processed_logprobs`; pass the matching `logprob_convention`.
+
+vLLM does not know rltap's policy versions: the engine keeps the counter that `set_version`
+moves after a trainer pushed new weights, and stamps it on every token it receives.
+
+Closing a stream (or `abort(request_id)`) drops the HTTP connection; vLLM aborts a request
+whose client disconnected and frees its slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+
+from rltap.engines._http import EngineHTTPClient, InflightRequests, error_for_status, iter_sse_data
+from rltap.errors import EngineError
+from rltap.types import LogprobConvention, ModelRequest, ModelResponse, StopReason, TokenChunk
+
+__all__ = ["VLLMEngine", "completion_body"]
+
+_ENGINE = "vLLM"
+_COMPLETIONS = "/v1/completions"
+
+
+def completion_body(request: ModelRequest, model: str | None, *, stream: bool) -> dict[str, Any]:
+    """The `/v1/completions` JSON body that generates `request` token for token."""
+    body: dict[str, Any] = {
+        "prompt": request.input_ids,
+        "max_tokens": request.max_new_tokens,
+        "temperature": request.temperature,
+        "top_p": request.top_p,
+        "logprobs": 0,
+        "return_token_ids": True,
+        # Tokens as "token_id:N" spares the server a detokenization per logprob entry.
+        "return_tokens_as_token_ids": True,
+        "skip_special_tokens": False,
+        "include_stop_str_in_output": True,
+        "request_id": request.request_id,
+        "stream": stream,
+    }
+    if model is not None:
+        body["model"] = model
+    if request.top_k > 0:
+        body["top_k"] = request.top_k
+    if request.seed is not None:
+        body["seed"] = request.seed
+    if request.stop_token_ids:
+        body["stop_token_ids"] = request.stop_token_ids
+    if request.stop:
+        body["stop"] = request.stop
+    return body
+
+
+def _stop_reason(finish_reason: str) -> StopReason:
+    if finish_reason == "length":
+        return StopReason.LENGTH
+    if finish_reason == "abort":
+        return StopReason.ABORT
+    return StopReason.STOP  # "stop", and vLLM's extra reasons such as repetition detection
+
+
+def _choice(data: Any) -> dict[str, Any]:
+    if isinstance(data, dict) and "error" in data:
+        error = data["error"]
+        code = error.get("code") if isinstance(error, dict) else None
+        status = code if isinstance(code, int) and code >= 400 else 500
+        raise error_for_status(_ENGINE, status, orjson.dumps(data))
+    try:
+        choice = data["choices"][0]
+    except (KeyError, IndexError, TypeError) as exc:
+        msg = f"{_ENGINE} sent a completion without choices: {str(data)[:500]}"
+        raise EngineError(msg) from exc
+    if not isinstance(choice, dict):
+        msg = f"{_ENGINE} sent a malformed choice: {str(choice)[:500]}"
+        raise EngineError(msg)
+    return choice
+
+
+def _tokens_and_logprobs(choice: dict[str, Any]) -> tuple[list[int], list[float]]:
+    token_ids = choice.get("token_ids") or []
+    logprobs = choice.get("logprobs") or {}
+    token_logprobs = logprobs.get("token_logprobs") or []
+    if len(token_logprobs) != len(token_ids) or any(lp is None for lp in token_logprobs):
+        msg = (
+            f"{_ENGINE} sent {len(token_ids)} token ids but {len(token_logprobs)} logprobs; "
+            "is the server older than vLLM 0.10.2 (no return_token_ids)?"
+        )
+        raise EngineError(msg)
+    return list(token_ids), [float(lp) for lp in token_logprobs]
+
+
+def _check_prompt(choice: dict[str, Any], input_ids: list[int]) -> None:
+    # The ids vLLM consumed must be the ids rltap records as the prompt.
+    prompt_ids = choice.get("prompt_token_ids")
+    if prompt_ids is not None and prompt_ids != input_ids:
+        msg = (
+            f"{_ENGINE} consumed a different prompt ({len(prompt_ids)} ids) than was sent "
+            f"({len(input_ids)} ids)"
+        )
+        raise EngineError(msg)
+
+
+class VLLMEngine:
+    """A `vllm serve` OpenAI-compatible server as an rltap `InferenceEngine`.
+
+    `url` is the server root (`http://host:8000`, with or without `/v1`). `model` defaults to
+    the first model the server lists. `timeout` is how long the server may stay silent (a whole
+    non-streamed generation, or the gap between streamed chunks).
+
+    Usage:
+        engine = VLLMEngine("http://127.0.0.1:8000")
+        response = await engine.generate(ModelRequest(input_ids=[9707, 11], max_new_tokens=16))
+        await engine.close()
+    """
+
+    def __init__(
+        self,
+        url: str,
+        model: str | None = None,
+        *,
+        api_key: str | None = None,
+        timeout: float | None = 600.0,
+        connect_timeout: float = 10.0,
+        version: int = 0,
+        logprob_convention: LogprobConvention = LogprobConvention.RAW,
+        max_connections: int = 0,
+    ) -> None:
+        base_url = url.rstrip("/").removesuffix("/v1")
+        self._client = EngineHTTPClient(
+            base_url,
+            engine=_ENGINE,
+            api_key=api_key,
+            timeout=timeout,
+            connect_timeout=connect_timeout,
+            max_connections=max_connections,
+        )
+        self.model = model
+        self.logprob_convention = logprob_convention
+        self._version = version
+        self._inflight = InflightRequests()
+
+    @property
+    def url(self) -> str:
+        return self._client.base_url
+
+    @property
+    def version(self) -> int:
+        """The policy version stamped on tokens generated from now on."""
+        return self._version
+
+    def set_version(self, version: int) -> None:
+        """Declare the policy version after a trainer pushed new weights to the server."""
+        self._version = version
+
+    async def start(self) -> None:
+        """Open the session and discover the served model name if none was given."""
+        if self.model is None:
+            self.model = await self._discover_model()
+
+    async def _discover_model(self) -> str:
+        data = await self._client.get_json("/v1/models")
+        try:
+            return str(data["data"][0]["id"])
+        except (KeyError, IndexError, TypeError) as exc:
+            msg = f"{_ENGINE} at {self.url} lists no model: {str(data)[:500]}"
+            raise EngineError(msg) from exc
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        """Generate `request` in one non-streamed call."""
+        if self.model is None:
+            await self.start()
+        started = time.perf_counter()
+        body = completion_body(request, self.model, stream=False)
+        data: Any = None
+        with self._inflight.track(request.request_id, cancel_task=True) as entry:
+            try:
+                async with self._client.post(_COMPLETIONS, body) as response:
+                    data = await self._client.read_json(response)
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if not entry.aborted or task is None or task.uncancel() > 0:
+                    raise
+            if data is None:  # aborted before vLLM answered: nothing was produced
+                return ModelResponse(
+                    input_tokens=list(request.input_ids),
+                    stop_reason=StopReason.ABORT,
+                    logprob_convention=self.logprob_convention,
+                    latency=time.perf_counter() - started,
+                )
+        return self._response(request, data, time.perf_counter() - started)
+
+    def _response(self, request: ModelRequest, data: Any, latency: float) -> ModelResponse:
+        choice = _choice(data)
+        _check_prompt(choice, request.input_ids)
+        token_ids, logprobs = _tokens_and_logprobs(choice)
+        return ModelResponse(
+            input_tokens=list(request.input_ids),
+            output_tokens=token_ids,
+            output_logprobs=logprobs,
+            output_versions=[self._version] * len(token_ids),
+            stop_reason=_stop_reason(str(choice.get("finish_reason") or "stop")),
+            logprob_convention=self.logprob_convention,
+            latency=latency,
+        )
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[TokenChunk]:
+        """Stream `request`: one chunk per server event; the last carries the stop reason."""
+        if self.model is None:
+            await self.start()
+        body = completion_body(request, self.model, stream=True)
+        with self._inflight.track(request.request_id, cancel_task=False) as entry:
+            try:
+                async with self._client.post(_COMPLETIONS, body) as response:
+                    entry.response = response
+                    if entry.aborted:  # abort() came before the response headers
+                        response.close()
+                    async for payload in iter_sse_data(response):
+                        chunk = self._chunk(request, payload)
+                        if chunk is None:
+                            continue
+                        yield chunk
+                        if chunk.stop_reason is not None:
+                            return
+            except EngineError:
+                if not entry.aborted:
+                    raise
+            if not entry.aborted:
+                msg = f"{_ENGINE} ended the stream without a finish reason"
+                raise EngineError(msg, is_retryable=True)
+        yield TokenChunk(token_ids=[], logprobs=[], versions=[], stop_reason=StopReason.ABORT)
+
+    def _chunk(self, request: ModelRequest, payload: bytes) -> TokenChunk | None:
+        try:
+            data = orjson.loads(payload)
+        except orjson.JSONDecodeError as exc:
+            msg = f"{_ENGINE} sent an invalid stream event: {payload[:200]!r}"
+            raise EngineError(msg) from exc
+        if isinstance(data, dict) and not data.get("choices") and "error" not in data:
+            return None  # the usage-only event at the end of a stream
+        choice = _choice(data)
+        _check_prompt(choice, request.input_ids)
+        token_ids, logprobs = _tokens_and_logprobs(choice)
+        finish_reason = choice.get("finish_reason")
+        if not token_ids and finish_reason is None:
+            return None
+        return TokenChunk(
+            token_ids=token_ids,
+            logprobs=logprobs,
+            versions=[self._version] * len(token_ids),
+            stop_reason=None if finish_reason is None else _stop_reason(str(finish_reason)),
+        )
+
+    async def abort(self, request_id: str) -> None:
+        """Abort a request in flight by dropping its connection; a no-op if it is done."""
+        self._inflight.abort(request_id)
+
+    async def close(self) -> None:
+        """Close the HTTP session. Requests in flight fail; the engine can be started again."""
+        await self._client.close()

