@@ -4,6 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.bootstrapped
 export PYTHONDONTWRITEBYTECODE := 1
+# nox finds uv (and the tests find rltap's console script) in the project venv.
+export PATH := $(abspath $(BIN)):$(PATH)
 
 .PHONY: bootstrap test lint typecheck unit integrations bench clean
 

@@ -3,24 +3,42 @@
 Frameworks conflict (camel-ai pins pydantic<=2.12.0 while openai-agents needs >=2.12.2), so each
 integration's tests run in a venv of their own. `make test` runs every session here after the core
 suite; `nox -s "integration(framework='camel')"` runs one.
+
+Venvs are made with uv when it is installed (it links packages from its cache, so the three venvs
+share one copy of torch); the torch pin then names the CPU build in the local wheel folder, which
+uv, unlike pip, does not look into by itself.
 """
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import nox
 
-nox.options.default_venv_backend = "venv"
+nox.options.default_venv_backend = "uv|venv"
 nox.options.reuse_venv = "yes"
 nox.options.error_on_missing_interpreters = True
 
 FRAMEWORKS = ["openai_agents", "camel", "langchain"]
 TEST_TOOLS = ["pytest>=8", "pytest-asyncio>=0.24", "packaging>=24"]
+LOCAL_WHEELS = Path("/opt/wheels")
+
+
+def _install(session: nox.Session, *requirements: str) -> None:
+    options = ["-c", "constraints.txt"]
+    if session.venv_backend == "uv":
+        if LOCAL_WHEELS.is_dir() and any(LOCAL_WHEELS.glob("torch-2.13.0+cpu-*.whl")):
+            options += ["--find-links", str(LOCAL_WHEELS), "torch==2.13.0+cpu"]
+        certificates = "/etc/ssl/certs/ca-certificates.crt"
+        if "SSL_CERT_FILE" not in os.environ and Path(certificates).is_file():
+            session.env["SSL_CERT_FILE"] = certificates
+    session.install(*options, *requirements)
 
 
 @nox.session(python="3.11")
 @nox.parametrize("framework", FRAMEWORKS)
 def integration(session: nox.Session, framework: str) -> None:
     """Install core + one adapter with its framework, then run that adapter's tests."""
-    session.install("-q", "-c", "constraints.txt", "-e", "core", "-e", f"integrations/{framework}")
-    session.install("-q", "-c", "constraints.txt", *TEST_TOOLS)
+    _install(session, "-e", "core", "-e", f"integrations/{framework}", *TEST_TOOLS)
     session.run("pytest", "-q", "-p", "no:cacheprovider", f"integrations/{framework}/tests")
