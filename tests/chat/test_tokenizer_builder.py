@@ -213,7 +213,9 @@ def test_testing_package_exports() -> None:
     import rltap.testing
     from rltap.testing import models
 
-    assert rltap.testing.__all__ == sorted(rltap.testing.__all__)
+    assert sorted(rltap.testing.__all__) == sorted(set(rltap.testing.__all__))
+    for name in rltap.testing.__all__:
+        assert getattr(rltap.testing, name) is not None
     assert sorted(models.__all__) == [
         "BUILDER_VERSION",
         "QWEN_ADDED_TOKENS",

@@ -1,0 +1,175 @@
+"""The shared base of the framework adapters (rltap-openai-agents, rltap-camel, rltap-langchain).
+
+An adapter turns a framework agent into what rltap runs: `async def run(data, **kwargs)`. The
+public `run` does the common work (template method, as OpenTelemetry's instrumentors do):
+
+1. the connection: `base_url`, `api_key` and `http_client` from the workflow (inline mode), or
+   OPENAI_BASE_URL / OPENAI_API_KEY from the environment (subprocess mode);
+2. the subclass's `_run(data, connection)` builds the framework's client on that connection and
+   runs the user's agent;
+3. the reward: `reward_fn(result, data)` when given, else what `_run` returned;
+4. errors: an HTTP error from the proxy, however deep the framework wrapped it, is raised as
+   rltap's own error type (`EngineError` for a 502, `SessionGone` for a 410, ...).
+
+Each adapter declares the framework range it is tested on once (`requirement`); constructing an
+adapter with another version installed fails with both versions named.
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any, ClassVar
+
+from rltap import errors
+
+__all__ = [
+    "AgentAdapter",
+    "Connection",
+    "FrameworkVersionError",
+    "check_framework",
+    "rltap_error_from",
+]
+
+RewardFn = Callable[[Any, Any], Any]
+
+_ERRORS_BY_STATUS: dict[int, type[errors.RltapError]] = {
+    400: errors.InvalidRequest,
+    401: errors.AuthenticationError,
+    403: errors.PermissionDenied,
+    404: errors.NotFound,
+    409: errors.Conflict,
+    410: errors.SessionGone,
+    413: errors.PayloadTooLarge,
+    429: errors.CapacityExhausted,
+    502: errors.EngineError,
+    503: errors.EngineUnavailable,
+    504: errors.EngineTimeout,
+}
+
+
+class FrameworkVersionError(ImportError):
+    """The installed framework is missing or outside the range the adapter is tested on."""
+
+
+def check_framework(requirement: str) -> str:
+    """The installed version of the framework `requirement` names; raises when it is outside it."""
+    from packaging.requirements import Requirement
+
+    wanted = Requirement(requirement)
+    try:
+        installed = version(wanted.name)
+    except PackageNotFoundError:
+        msg = f"{wanted.name} is not installed; this adapter supports {requirement}"
+        raise FrameworkVersionError(msg) from None
+    if not wanted.specifier.contains(installed, prereleases=True):
+        msg = (
+            f"{wanted.name} {installed} is installed, but this adapter is tested on "
+            f"{requirement}; install a supported version"
+        )
+        raise FrameworkVersionError(msg)
+    return installed
+
+
+@dataclass(frozen=True, slots=True)
+class Connection:
+    """Where the agent's model lives for one episode: the proxy's /v1 URL, the session key and
+    the HTTP client to reach it with (None: the framework makes its own)."""
+
+    base_url: str
+    api_key: str
+    http_client: Any = None
+
+    @property
+    def root_url(self) -> str:
+        """The proxy's address without /v1 (what Anthropic clients take)."""
+        return self.base_url.removesuffix("/").removesuffix("/v1")
+
+    @classmethod
+    def resolve(cls, base_url: str | None, api_key: str | None, http_client: Any) -> Connection:
+        base_url = base_url or os.environ.get("OPENAI_BASE_URL")
+        api_key = api_key or os.environ.get("OPENAI_API_KEY")
+        if not base_url or not api_key:
+            msg = (
+                "no proxy to talk to: pass base_url and api_key (inline mode) or set "
+                "OPENAI_BASE_URL and OPENAI_API_KEY (subprocess mode)"
+            )
+            raise errors.InvalidRequest(msg)
+        return cls(base_url=base_url, api_key=api_key, http_client=http_client)
+
+
+def _status_of(exc: BaseException) -> tuple[int, str] | None:
+    status = getattr(exc, "status_code", None)
+    if isinstance(status, int) and status >= 400:
+        return status, str(getattr(exc, "message", None) or exc)
+    response = getattr(exc, "response", None)
+    status = getattr(response, "status_code", None)
+    if isinstance(status, int) and status >= 400:
+        return status, str(exc)
+    return None
+
+
+def rltap_error_from(exc: BaseException) -> errors.RltapError | None:
+    """rltap's error for an HTTP error anywhere in `exc`'s cause chain (None if there is none)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, errors.RltapError):
+            return current
+        found = _status_of(current)
+        if found is not None:
+            status, message = found
+            kind = _ERRORS_BY_STATUS.get(status)
+            if kind is None:
+                kind = errors.EngineError if status >= 500 else errors.InvalidRequest
+            return kind(f"{status} from the proxy: {message}")
+        current = current.__cause__ or current.__context__
+    return None
+
+
+class AgentAdapter(abc.ABC):
+    """Base of every framework adapter: `run(data, **kwargs)` around the subclass's `_run`.
+
+    Subclasses set `requirement` (e.g. "langchain-openai>=1.0,<2") and implement `_run`.
+    `reward_fn(result, data)` turns the agent's result into the episode's reward (a number for
+    the last reply, a dict {interaction_id: reward}, or None).
+    """
+
+    requirement: ClassVar[str]
+
+    def __init__(self, *, reward_fn: RewardFn | None = None, model: str = "rltap") -> None:
+        self.framework_version = check_framework(self.requirement)
+        self.reward_fn = reward_fn
+        self.model = model
+
+    async def run(
+        self,
+        data: Any,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        http_client: Any = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Run the agent on `data` against the proxy; returns the episode's reward."""
+        connection = Connection.resolve(base_url, api_key, http_client)
+        try:
+            result = await self._run(data, connection, **kwargs)
+        except errors.RltapError:
+            raise
+        except Exception as exc:
+            mapped = rltap_error_from(exc)
+            if mapped is None:
+                raise
+            raise mapped from exc
+        if self.reward_fn is not None:
+            return self.reward_fn(result, data)
+        return result
+
+    @abc.abstractmethod
+    async def _run(self, data: Any, connection: Connection, **kwargs: Any) -> Any:
+        """Build the framework's model client on `connection` and run the agent."""
