@@ -7,7 +7,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 # nox finds uv (and the tests find rltap's console script) in the project venv.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: bootstrap test lint typecheck unit integrations bench clean
+.PHONY: bootstrap test lint typecheck unit integrations matrix bench clean
 
 bootstrap: $(STAMP)
 
@@ -17,8 +17,9 @@ $(STAMP): constraints.txt requirements-dev.txt core/pyproject.toml
 	$(BIN)/python -m pip install -q -c constraints.txt -e core -r requirements-dev.txt
 	touch $@
 
-## test: lint, type check, the core suite, then every framework integration in its own venv
-test: lint typecheck unit integrations
+## test: lint, type check, the core suite, every framework integration in its own venv, and the
+## integration matrix's table
+test: lint typecheck unit integrations matrix
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -28,14 +29,18 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 unit: $(STAMP)
+	rm -rf .matrix
 	$(BIN)/pytest
 
 integrations: $(STAMP)
 	$(BIN)/nox
+
+matrix: $(STAMP)
+	$(BIN)/python -m rltap.testing.matrix .matrix
 
 ## bench: the benchmarks in bench/, each printing ratios measured side by side
 bench: $(STAMP)
 	$(BIN)/python bench/cache_scaling.py --check
 
 clean:
-	rm -rf $(VENV) .nox .venv-vllm
+	rm -rf $(VENV) .nox .venv-vllm .matrix

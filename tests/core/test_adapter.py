@@ -1,0 +1,82 @@
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from rltap import errors
+from rltap.adapter import (
+    AgentAdapter,
+    Connection,
+    FrameworkVersionError,
+    check_framework,
+    rltap_error_from,
+)
+
+
+class _Echo(AgentAdapter):
+    requirement = "openai>=1.0"
+
+    async def _run(self, data: Any, connection: Connection, **kwargs: Any) -> Any:
+        if data == "boom":
+            request = httpx.Request("POST", "http://proxy/v1/chat/completions")
+            response = httpx.Response(502, request=request, json={"error": {"message": "engine"}})
+            try:
+                raise openai.InternalServerError("engine down", response=response, body=None)
+            except openai.InternalServerError as exc:
+                raise RuntimeError("the framework wrapped it") from exc
+        return f"{connection.base_url} {connection.api_key} {data}"
+
+
+def test_a_framework_outside_the_range_fails_with_both_versions() -> None:
+    with pytest.raises(FrameworkVersionError, match=r"openai \S+ is installed.*openai<1"):
+        check_framework("openai<1")
+    with pytest.raises(FrameworkVersionError, match="not installed"):
+        check_framework("no-such-framework-xyz>=1")
+
+
+async def test_run_uses_the_injected_connection_then_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    agent = _Echo()
+    assert await agent.run("q", base_url="http://a/v1", api_key="k1") == "http://a/v1 k1 q"
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://env/v1")
+    monkeypatch.setenv("OPENAI_API_KEY", "k2")
+    assert await agent.run("q") == "http://env/v1 k2 q"
+    assert Connection.resolve("http://env/v1", "k", None).root_url == "http://env"
+
+
+async def test_no_connection_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(errors.InvalidRequest, match="OPENAI_BASE_URL"):
+        await _Echo().run("q")
+
+
+async def test_a_wrapped_engine_error_surfaces_as_rltap_error() -> None:
+    with pytest.raises(errors.EngineError, match="502"):
+        await _Echo().run("boom", base_url="http://a/v1", api_key="k")
+
+
+async def test_reward_fn_turns_the_result_into_the_reward() -> None:
+    agent = _Echo(reward_fn=lambda result, data: float(data in result))
+    assert await agent.run("q", base_url="http://a/v1", api_key="k") == 1.0
+
+
+@pytest.mark.parametrize(
+    ("status", "kind"),
+    [
+        pytest.param(410, errors.SessionGone, id="410"),
+        pytest.param(503, errors.EngineUnavailable, id="503"),
+        pytest.param(504, errors.EngineTimeout, id="504"),
+        pytest.param(418, errors.InvalidRequest, id="other-4xx"),
+        pytest.param(599, errors.EngineError, id="other-5xx"),
+    ],
+)
+def test_status_codes_map_to_rltap_errors(status: int, kind: type[errors.RltapError]) -> None:
+    request = httpx.Request("POST", "http://proxy/v1/messages")
+    error = openai.APIStatusError("x", response=httpx.Response(status, request=request), body=None)
+    assert type(rltap_error_from(error)) is kind
+    assert rltap_error_from(ValueError("no http here")) is None

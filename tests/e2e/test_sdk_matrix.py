@@ -1,0 +1,24 @@
+"""The matrix's baseline cells: agents written with the plain openai and anthropic SDKs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rltap.testing.matrix import AdapterMatrixTests, final_answer_reward
+from rltap.testing.sdk_agents import AnthropicSDKAgent, OpenAISDKAgent
+
+
+class TestOpenAISDKMatrix(AdapterMatrixTests):
+    framework = "openai-sdk"
+    wire_formats = ("chat", "responses")
+
+    def make_agent(self, *, tools: bool, stream: bool, wire_format: str) -> Any:
+        return OpenAISDKAgent(wire_format=wire_format, stream=stream, reward_fn=final_answer_reward)
+
+
+class TestAnthropicSDKMatrix(AdapterMatrixTests):
+    framework = "anthropic-sdk"
+    wire_formats = ("messages",)
+
+    def make_agent(self, *, tools: bool, stream: bool, wire_format: str) -> Any:
+        return AnthropicSDKAgent(stream=stream, reward_fn=final_answer_reward)
