@@ -71,24 +71,35 @@ def load_rows(path: Path) -> list[Any]:
     return rows
 
 
-def load_trajectories(out_dir: Path) -> list[dict[str, Any]]:
-    path = out_dir / TRAJECTORIES
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The records of a file this module appends to; a last line without its newline was cut
+    short by an interrupted write and is left out."""
     if not path.exists():
         return []
-    return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+    complete, _, _cut_short = path.read_bytes().rpartition(b"\n")
+    return [orjson.loads(line) for line in complete.splitlines() if line.strip()]
+
+
+def _write_jsonl(path: Path, records: Iterable[dict[str, Any]]) -> None:
+    partial = path.with_name(path.name + ".partial")
+    partial.write_bytes(b"".join(orjson.dumps(record) + b"\n" for record in records))
+    partial.replace(path)
+
+
+def load_trajectories(out_dir: Path) -> list[dict[str, Any]]:
+    return _read_jsonl(out_dir / TRAJECTORIES)
 
 
 def _finished_rows(out_dir: Path) -> set[int]:
     out_dir.mkdir(parents=True, exist_ok=True)
-    ledger = out_dir / LEDGER
-    if not ledger.exists():
-        return set()
-    return {orjson.loads(line)["row"] for line in ledger.read_bytes().splitlines() if line.strip()}
+    entries = _read_jsonl(out_dir / LEDGER)
+    _write_jsonl(out_dir / LEDGER, entries)  # without a cut-short line the next append would join
+    return {entry["row"] for entry in entries}
 
 
 def _drop_unfinished(out_dir: Path, finished: set[int]) -> None:
     lines = [line for line in load_trajectories(out_dir) if line["row"] in finished]
-    (out_dir / TRAJECTORIES).write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+    _write_jsonl(out_dir / TRAJECTORIES, lines)
 
 
 def _line(
@@ -221,7 +232,7 @@ async def run_rollout(
 
 def _summarise(summary: RolloutSummary, out_dir: Path, live: _Live, pad_token_id: int) -> None:
     lines = load_trajectories(out_dir)
-    ledger = [orjson.loads(x) for x in (out_dir / LEDGER).read_bytes().splitlines() if x.strip()]
+    ledger = _read_jsonl(out_dir / LEDGER)
     summary.episodes_ok = sum(entry["episodes_ok"] for entry in ledger)
     summary.episodes_failed = sum(entry["episodes_failed"] for entry in ledger)
     summary.interactions = write_batch(out_dir, lines, pad_token_id)
@@ -258,6 +269,8 @@ def load_batch(out_dir: Path) -> dict[str, torch.Tensor]:
 async def _rollout_from_args(args: Any, console: Console) -> RolloutSummary:
     from rltap.workflow import resolve_workflow
 
+    if args.group_size < 1 or args.concurrency < 1:
+        raise SystemExit("--group-size and --concurrency must be at least 1")
     rows = load_rows(Path(args.data))
 
     async def run(proxy_url: str, admin_key: str, pad_token_id: int) -> RolloutSummary:
@@ -269,7 +282,7 @@ async def _rollout_from_args(args: Any, console: Console) -> RolloutSummary:
             discount=args.discount,
             style=args.style,
             episode_timeout=args.episode_timeout,
-            subproc_workers=args.concurrency,
+            subproc_workers=args.concurrency * args.group_size,  # every episode in flight
         )
         if not isinstance(workflow, OpenAIProxyWorkflow):
             msg = f"{args.agent} must be an agent with run(data, **kwargs), not a RolloutWorkflow"

@@ -18,17 +18,22 @@ import concurrent.futures
 import inspect
 import multiprocessing
 import os
+import pickle
 import sys
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
-__all__ = ["ENV_KEYS", "AgentPool", "EpisodeFailed", "episode_env"]
+__all__ = ["ENV_KEYS", "AgentError", "AgentPool", "EpisodeFailed", "episode_env"]
 
 ENV_KEYS = ("OPENAI_BASE_URL", "OPENAI_API_KEY", "ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY")
 
 
 class EpisodeFailed(Exception):
     """The subprocess running an episode died before returning."""
+
+
+class AgentError(Exception):
+    """An agent's exception that cannot cross the process boundary as itself (its text does)."""
 
 
 def episode_env(proxy_url: str, api_key: str) -> dict[str, str]:
@@ -59,6 +64,26 @@ def _preload(paths: list[str], file_modules: dict[str, str]) -> None:
         spec.loader.exec_module(module)
 
 
+def _portable(exc: BaseException) -> BaseException:
+    """`exc` if it survives pickling both ways, else an `AgentError` carrying its text.
+
+    An exception the parent cannot unpickle (the openai SDK's `APIStatusError` needs keyword
+    arguments) would mark the whole pool broken and fail every episode running on it; SystemExit
+    would end the parent's rollout.
+    """
+    if isinstance(exc, Exception) and _round_trips(exc):
+        return exc
+    return AgentError(f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}")
+
+
+def _round_trips(exc: Exception) -> bool:
+    try:
+        pickle.loads(pickle.dumps(exc))
+    except Exception:  # whatever fails here would fail in the parent's result thread
+        return False
+    return True
+
+
 def _run_episode(agent: Any, data: Any, env: dict[str, str]) -> Any:
     saved = {key: os.environ.get(key) for key in env}
     os.environ.update(env)
@@ -67,6 +92,11 @@ def _run_episode(agent: Any, data: Any, env: dict[str, str]) -> Any:
         if inspect.isawaitable(result):
             result = asyncio.run(_wait(result))
         return result
+    except BaseException as exc:
+        portable = _portable(exc)
+        if portable is exc:
+            raise
+        raise portable from None
     finally:
         for key, value in saved.items():
             if value is None:

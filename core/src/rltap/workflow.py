@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 import httpx
 
+from rltap.errors import RltapError
 from rltap.export import ExportStyle, concat_padded_tensors
 from rltap.proxy.client import OpenAIProxyClient
 from rltap.rewards import Aggregate
@@ -123,6 +124,7 @@ class OpenAIProxyWorkflow(RolloutWorkflow):
         self.return_tensors = return_tensors
         self.episode_timeout = episode_timeout
         self.failures = 0
+        self._owns_http = http_client is None
         self._http = http_client or httpx.AsyncClient(timeout=httpx.Timeout(3600.0, connect=30.0))
         self._pool = AgentPool(subproc_workers) if mode == "subproc" else None
 
@@ -141,6 +143,7 @@ class OpenAIProxyWorkflow(RolloutWorkflow):
             self.proxy_addr, self.admin_key, task_id=task_id, http_client=self._http
         )
         error: str | None = None
+        reward_error: Exception | None = None
         async with session:
             try:
                 result = await self._run_agent(session, data)
@@ -149,11 +152,16 @@ class OpenAIProxyWorkflow(RolloutWorkflow):
                 error = f"{type(exc).__name__}: {exc}"
                 logger.warning("episode rejected: the agent failed: %s", error)
             else:
-                await self._assign_rewards(session, result)
+                try:
+                    await self._assign_rewards(session, result)
+                except (WorkflowError, RltapError) as exc:
+                    reward_error = exc  # raised below, once the session is freed
         # Exporting frees the session on the proxy, also for a rejected episode.
         exported = await session.export_interactions(
             discount=self.discount, style=self.style, aggregate=self.aggregate
         )
+        if reward_error is not None:
+            raise reward_error
         assert session.session_id is not None
         return Episode(
             session_id=session.session_id,
@@ -174,7 +182,14 @@ class OpenAIProxyWorkflow(RolloutWorkflow):
             )
         if self.episode_timeout is None:
             return await run
-        return await asyncio.wait_for(run, self.episode_timeout)
+        try:
+            async with asyncio.timeout(self.episode_timeout) as deadline:
+                return await run
+        except TimeoutError:
+            if not deadline.expired():
+                raise  # the agent's own timeout
+            msg = f"the episode ran past its timeout of {self.episode_timeout:g} s"
+            raise TimeoutError(msg) from None
 
     async def _assign_rewards(self, session: OpenAIProxyClient, result: Any) -> None:
         if result is None:
@@ -197,7 +212,8 @@ class OpenAIProxyWorkflow(RolloutWorkflow):
     async def aclose(self) -> None:
         if self._pool is not None:
             self._pool.shutdown()
-        await self._http.aclose()
+        if self._owns_http:  # a client the caller passed in stays theirs to close
+            await self._http.aclose()
 
 
 class GroupedRolloutWorkflow(RolloutWorkflow):
@@ -224,10 +240,12 @@ class GroupedRolloutWorkflow(RolloutWorkflow):
 def merge_results(results: list[Any]) -> EpisodeResult:
     if not results:
         return None
-    if all(_is_tensor_dict(r) for r in results):
-        return concat_padded_tensors(results)
+    # An episode without LLM calls exports an empty dict (of either kind): nothing to merge.
+    filled = [result for result in results if len(result) > 0]
+    if filled and all(_is_tensor_dict(r) for r in filled):
+        return concat_padded_tensors(filled)
     merged: Interactions = {}
-    for result in results:
+    for result in filled:
         if _is_tensor_dict(result):
             msg = "cannot merge tensor dicts with interaction dicts in one group"
             raise WorkflowError(msg)
@@ -280,7 +298,11 @@ def _load_file(path: Path) -> Any:
         raise WorkflowError(msg)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # pickle finds the agent's class by this name (subproc mode)
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]  # else the next attempt would get the half-run module
+        raise
     return module
 
 
@@ -298,6 +320,9 @@ def resolve_workflow(
     Agents (anything with a `run` method that is not a RolloutWorkflow) are wrapped in
     `OpenAIProxyWorkflow(agent, proxy_addr=..., admin_key=..., **proxy_options)`.
     """
+    if group_size < 1:
+        msg = f"group_size must be >= 1, got {group_size}"
+        raise WorkflowError(msg)
     kwargs = dict(workflow_kwargs or {})
     if isinstance(workflow, str):
         workflow = _load(workflow)

@@ -1,0 +1,139 @@
+"""The direct client (the seed's ArealOpenAI): SDK calls recorded in process, no HTTP server."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+import torch
+
+from rltap import ArealOpenAI
+from rltap.chat.renderer import ChatRenderer
+from rltap.engines.scripted import ScriptedEngine
+
+STREAMING = [pytest.param(False, id="json"), pytest.param(True, id="stream")]
+
+
+@pytest.fixture
+async def engine(scripted_engine: Callable[..., ScriptedEngine]) -> AsyncIterator[ScriptedEngine]:
+    engine = scripted_engine()
+    yield engine
+    await engine.close()
+
+
+@pytest.fixture
+async def client(engine: ScriptedEngine, renderer: ChatRenderer) -> AsyncIterator[ArealOpenAI]:
+    client = ArealOpenAI(engine=engine, tokenizer=renderer.tokenizer)
+    yield client
+    await client.close()
+
+
+async def chat(client: ArealOpenAI, messages: list[Any], *, stream: bool) -> tuple[str, str]:
+    """One chat completion; returns (id, reply text)."""
+    if not stream:
+        completion = await client.chat.completions.create(model="tiny", messages=messages)
+        return completion.id, completion.choices[0].message.content or ""
+    chunks = await client.chat.completions.create(model="tiny", messages=messages, stream=True)
+    ids, text = set(), ""
+    async for chunk in chunks:
+        ids.add(chunk.id)
+        if chunk.choices and chunk.choices[0].delta.content:
+            text += chunk.choices[0].delta.content
+    (completion_id,) = ids
+    return completion_id, text
+
+
+async def respond(client: ArealOpenAI, *, stream: bool, **request: Any) -> tuple[str, str]:
+    """One Responses API call; returns (id, output text)."""
+    if not stream:
+        response = await client.responses.create(model="tiny", **request)
+        return response.id, response.output_text
+    events = await client.responses.create(model="tiny", stream=True, **request)
+    completed = [event.response async for event in events if event.type == "response.completed"]
+    (response,) = completed
+    return response.id, response.output_text
+
+
+@pytest.mark.parametrize("stream", STREAMING)
+async def test_chat_turns_are_recorded_as_a_chain_and_discounted(
+    client: ArealOpenAI, stream: bool
+) -> None:
+    messages: list[Any] = []
+    ids = []
+    for turn in range(3):
+        messages.append({"role": "user", "content": f"question {turn}"})
+        reply_id, text = await chat(client, messages, stream=stream)
+        assert text == f"Turn {turn}: you said: question {turn}"
+        messages.append({"role": "assistant", "content": text})
+        ids.append(reply_id)
+
+    parents = [client.get_interaction(reply_id).parent_id for reply_id in ids]
+    assert parents == [None, ids[0], ids[1]]
+    assert client.set_last_reward(1.0) == ids[2]
+    discounted = client.apply_reward_discount(turn_discount=0.9)
+    assert discounted == pytest.approx({ids[0]: 0.81, ids[1]: 0.9, ids[2]: 1.0})
+
+    individual = client.export_interactions(style="individual")
+    assert list(individual) == ids
+    assert [node.reward for node in individual.values()] == pytest.approx([0.81, 0.9, 1.0])
+
+    concat = client.export_interactions(style="concat")
+    assert list(concat) == [ids[2]]
+    leaf = concat[ids[2]]
+    assert leaf.reward == pytest.approx(1.0)
+    last = client.get_interaction(ids[2]).model_response
+    assert last is not None
+    sequence = leaf.token_sequence()
+    assert sequence.input_ids == last.input_tokens + last.output_tokens
+    generated = [client.get_interaction(i).model_response for i in ids]
+    assert sum(sequence.loss_mask) == sum(r.output_len for r in generated if r is not None)
+
+
+@pytest.mark.parametrize("stream", STREAMING)
+async def test_responses_are_recorded_with_parents_and_rewards(
+    client: ArealOpenAI, stream: bool
+) -> None:
+    first_id, first_text = await respond(client, stream=stream, input="hello")
+    second_id, second_text = await respond(
+        client, stream=stream, input="and again", previous_response_id=first_id
+    )
+
+    assert first_text == "Turn 0: you said: hello"
+    assert second_text == "Turn 1: you said: and again"
+    assert client.get_interaction(second_id).parent_id == first_id
+    client.set_reward(first_id, 0.5)
+    client.set_reward(second_id, 1.0)
+    # own reward + discount x the child's
+    assert client.apply_reward_discount(turn_discount=0.5) == pytest.approx(
+        {first_id: 1.0, second_id: 1.0}
+    )
+    exported = client.export_interactions(style="individual")
+    assert {i: node.reward for i, node in exported.items()} == pytest.approx(
+        {first_id: 1.0, second_id: 1.0}
+    )
+
+
+async def test_recorded_tokens_and_logprobs_are_the_engines(
+    client: ArealOpenAI, engine: ScriptedEngine, tiny_model: Any, renderer: ChatRenderer
+) -> None:
+    chat_id, chat_text = await chat(client, [{"role": "user", "content": "hi"}], stream=True)
+    engine.set_version(3)
+    response_id, response_text = await respond(client, stream=False, input="bye")
+
+    end_of_turn = renderer.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    for interaction_id, text, version in ((chat_id, chat_text, 0), (response_id, response_text, 3)):
+        response = client.get_interaction(interaction_id).model_response
+        assert response is not None
+        expected = renderer.tokenizer.encode(text, add_special_tokens=False)
+        assert response.output_tokens == [*expected, end_of_turn]
+        assert response.output_versions == [version] * response.output_len
+        # A fresh forward pass over the recorded prompt + output gives the recorded logprobs,
+        # so the recorded prompt is exactly what the engine consumed.
+        ids = torch.tensor([response.input_tokens + response.output_tokens])
+        with torch.no_grad():
+            logprobs = torch.log_softmax(tiny_model(input_ids=ids).logits[0].float(), dim=-1)
+        positions = torch.arange(response.input_len - 1, ids.shape[1] - 1)
+        fresh = logprobs[positions, ids[0, positions + 1]]
+        recorded = torch.tensor(response.output_logprobs)
+        assert torch.allclose(fresh, recorded, atol=1e-5, rtol=0)
