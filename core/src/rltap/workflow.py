@@ -99,6 +99,7 @@ class OpenAIProxyWorkflow(RolloutWorkflow):
         return_tensors: bool = False,
         episode_timeout: float | None = None,
         subproc_workers: int = 4,
+        agent_pool: AgentPool | None = None,
         http_client: httpx.AsyncClient | None = None,
     ) -> None:
         if mode not in ("inline", "subproc"):
@@ -126,7 +127,9 @@ class OpenAIProxyWorkflow(RolloutWorkflow):
         self.failures = 0
         self._owns_http = http_client is None
         self._http = http_client or httpx.AsyncClient(timeout=httpx.Timeout(3600.0, connect=30.0))
-        self._pool = AgentPool(subproc_workers) if mode == "subproc" else None
+        # A pool passed in is shared (and shut down) by its owner: its workers outlive us.
+        self._owns_pool = agent_pool is None
+        self._pool = (agent_pool or AgentPool(subproc_workers)) if mode == "subproc" else None
 
     async def arun_episode(self, engine: Any, data: Any) -> EpisodeResult:
         episode = await self.run_episode(data)
@@ -210,7 +213,7 @@ class OpenAIProxyWorkflow(RolloutWorkflow):
             raise WorkflowError(msg)
 
     async def aclose(self) -> None:
-        if self._pool is not None:
+        if self._pool is not None and self._owns_pool:
             self._pool.shutdown()
         if self._owns_http:  # a client the caller passed in stays theirs to close
             await self._http.aclose()

@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 import orjson
 import pytest
 
+from rltap.subproc import AgentPool
 from rltap.testing.harness import check_episode, scripted_proxy
 from rltap.testing.scripts import FINAL_PREFIX
 from rltap.workflow import OpenAIProxyWorkflow
@@ -38,6 +39,9 @@ from rltap.workflow import OpenAIProxyWorkflow
 __all__ = ["AdapterMatrixTests", "Cell", "CellResult", "matrix_dir", "print_table", "run_cell"]
 
 DISCOUNT = 0.9
+# One worker process for every subproc cell of a test run: spawning (and importing the framework)
+# once instead of per cell.
+_SHARED_POOL = AgentPool(1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +94,7 @@ async def run_cell(agent: Any, cell: Cell) -> CellResult:
                 admin_key=proxy.admin_key,
                 mode=cell.mode,  # type: ignore[arg-type]
                 discount=DISCOUNT,
-                subproc_workers=1,
+                agent_pool=_SHARED_POOL,
                 episode_timeout=120,
             )
             try:
