@@ -13,7 +13,13 @@ __all__ = ["add_serve_arguments"]
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of `rltap serve` (also used by `rltap rollout` and `rltap demo`)."""
     engine = parser.add_argument_group("engine")
-    engine.add_argument("--engine", choices=ENGINE_KINDS, default="transformers")
+    engine.add_argument(
+        "--engine",
+        choices=ENGINE_KINDS,
+        default="transformers",
+        help="transformers: embedded (default); vllm, sglang: a server at --url; scripted: "
+        "replies from --script, logprobs from --model",
+    )
     engine.add_argument("--model", help="model folder (transformers, scripted) or served name")
     engine.add_argument("--tokenizer", help="tokenizer folder (default: --model)")
     engine.add_argument("--url", help="engine server address (vllm, sglang)")
@@ -30,10 +36,14 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     chat.add_argument("--tool-parser", default="hermes", help="tool-call parser (default hermes)")
     chat.add_argument("--reasoning-parser", default=None, help="e.g. qwen3 (default: none)")
     chat.add_argument("--max-context", type=int, default=None, help="default: the model's")
-    chat.add_argument("--default-max-tokens", type=int, default=4096)
+    chat.add_argument(
+        "--default-max-tokens", type=int, default=4096, help="when a request sets none"
+    )
     limits = parser.add_argument_group("sessions")
     limits.add_argument("--capacity", type=int, default=1024, help="sessions at once")
     limits.add_argument("--session-ttl", type=float, default=1800.0, help="idle seconds")
     limits.add_argument("--export-grace", type=float, default=900.0, help="seconds after end")
-    limits.add_argument("--max-body-bytes", type=int, default=32 * 1024 * 1024)
+    limits.add_argument(
+        "--max-body-bytes", type=int, default=32 * 1024 * 1024, help="larger bodies get 413"
+    )
     limits.add_argument("--model-name", default=None, help="name in /v1/models")
