@@ -7,9 +7,9 @@ imported on first use, so `import rltap` stays light.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from rltap._lazy import lazy_getattr
 from rltap.cache import InteractionCache
 from rltap.export import concat_padded_tensors
 from rltap.types import (
@@ -64,11 +64,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        msg = f"module 'rltap' has no attribute {name!r}"
-        raise AttributeError(msg)
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr("rltap", globals(), _LAZY)

@@ -36,19 +36,6 @@ __all__ = [
 
 RewardFn = Callable[[Any, Any], Any]
 
-_ERRORS_BY_STATUS: dict[int, type[errors.RltapError]] = {
-    400: errors.InvalidRequest,
-    401: errors.AuthenticationError,
-    403: errors.PermissionDenied,
-    404: errors.NotFound,
-    409: errors.Conflict,
-    410: errors.SessionGone,
-    413: errors.PayloadTooLarge,
-    429: errors.CapacityExhausted,
-    502: errors.EngineError,
-    503: errors.EngineUnavailable,
-    504: errors.EngineTimeout,
-}
 
 
 class FrameworkVersionError(ImportError):
@@ -123,10 +110,7 @@ def rltap_error_from(exc: BaseException) -> errors.RltapError | None:
         found = _status_of(current)
         if found is not None:
             status, message = found
-            kind = _ERRORS_BY_STATUS.get(status)
-            if kind is None:
-                kind = errors.EngineError if status >= 500 else errors.InvalidRequest
-            return kind(f"{status} from the proxy: {message}")
+            return errors.error_for_status(status, f"{status} from the proxy: {message}")
         current = current.__cause__ or current.__context__
     return None
 

@@ -39,6 +39,7 @@ __all__ = [
     "PermissionDenied",
     "RltapError",
     "SessionGone",
+    "error_for_status",
 ]
 
 
@@ -149,3 +150,29 @@ class EngineTimeout(EngineError):
 
     def __init__(self, message: str, *, is_retryable: bool = True) -> None:
         super().__init__(message, is_retryable=is_retryable)
+
+
+_BY_STATUS: dict[int, type[RltapError]] = {
+    400: InvalidRequest,
+    401: AuthenticationError,
+    403: PermissionDenied,
+    404: NotFound,
+    409: Conflict,
+    410: SessionGone,
+    413: PayloadTooLarge,
+    429: CapacityExhausted,
+    502: EngineError,
+    503: EngineUnavailable,
+    504: EngineTimeout,
+}
+
+
+def error_for_status(status: int, message: str) -> RltapError:
+    """The rltap error an HTTP status from the proxy stands for (the client side of the table)."""
+    kind = _BY_STATUS.get(status)
+    if kind is None:
+        kind = EngineError if status >= 500 else InvalidRequest
+    error = kind(message)
+    if kind is RltapError or type(error).status_code != status:
+        error.status_code = status
+    return error

@@ -5,9 +5,9 @@ Engine classes are imported on first use: each pulls in its own stack (torch, ai
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from rltap._lazy import lazy_getattr
 from rltap.engines.base import InferenceEngine
 from rltap.engines.factory import ENGINE_KINDS, EngineKind, create_engine
 
@@ -36,11 +36,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        msg = f"module 'rltap.engines' has no attribute {name!r}"
-        raise AttributeError(msg)
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr("rltap.engines", globals(), _LAZY)

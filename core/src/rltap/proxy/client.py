@@ -29,18 +29,6 @@ from rltap.types import (
 
 __all__ = ["OpenAIProxyClient", "interactions_from_export"]
 
-_ERRORS_BY_STATUS: dict[int, type[errors.RltapError]] = {
-    400: errors.InvalidRequest,
-    401: errors.AuthenticationError,
-    403: errors.PermissionDenied,
-    404: errors.NotFound,
-    409: errors.Conflict,
-    410: errors.SessionGone,
-    413: errors.PayloadTooLarge,
-    502: errors.EngineError,
-    503: errors.EngineUnavailable,
-    504: errors.EngineTimeout,
-}
 _RETRYABLE = frozenset({429, 503})
 
 
@@ -54,7 +42,7 @@ def _raise_for(response: httpx.Response) -> None:
     if response.status_code == 429:
         retry_after = float(response.headers.get("retry-after", "1"))
         raise errors.CapacityExhausted(message, retry_after=retry_after)
-    raise _ERRORS_BY_STATUS.get(response.status_code, errors.RltapError)(message)
+    raise errors.error_for_status(response.status_code, message)
 
 
 class OpenAIProxyClient:
