@@ -1,7 +1,29 @@
-"""rltap adapter (skeleton: the supported framework range is declared; the adapter comes next)."""
+"""rltap adapter for LangChain: run a chain or a tool agent against the rltap proxy.
+
+Usage:
+    from rltap_langchain import LangChainAdapter, final_text
+
+    def build(llm, data):
+        return prompt | llm | StrOutputParser()
+
+    def reward(result, data):
+        return float(final_text(result) == data["answer"])
+
+    Agent = LangChainAdapter(build, reward_fn=reward)  # what `rltap rollout` runs
+"""
 
 from __future__ import annotations
 
-from rltap_langchain._version import FRAMEWORK_REQUIREMENT
+from rltap_langchain._adapter import Build, InputFn, LangChainAdapter, RewardFn
+from rltap_langchain._results import final_text
+from rltap_langchain._version import FRAMEWORK_REQUIREMENT, LANGCHAIN_REQUIREMENT
 
-__all__ = ["FRAMEWORK_REQUIREMENT"]
+__all__ = [
+    "FRAMEWORK_REQUIREMENT",
+    "LANGCHAIN_REQUIREMENT",
+    "Build",
+    "InputFn",
+    "LangChainAdapter",
+    "RewardFn",
+    "final_text",
+]

@@ -1,0 +1,109 @@
+"""`ChatOpenAI` and LCEL chains through the adapter, against a real proxy.
+
+Every path the adapter offers (ainvoke; invoke in a thread; astream with stream_usage; Chat
+Completions or Responses; JSON or SSE) must land in the episode's session with its tokens.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+from langchain_core.messages import AIMessage
+from lc_builders import build_chain, build_model, build_streamer, exact_match, expected_answer
+
+from rltap.testing import RunningProxy
+from rltap_langchain import LangChainAdapter, final_text
+
+ROW = {"question": "What is 2+3?"}
+WIRES = [pytest.param(False, id="chat"), pytest.param(True, id="responses")]
+
+
+def _recording_client(paths: list[str]) -> httpx.AsyncClient:
+    async def record(request: httpx.Request) -> None:
+        paths.append(f"{request.url.path} {request.headers['authorization']}")
+
+    return httpx.AsyncClient(timeout=60, event_hooks={"request": [record]})
+
+
+@pytest.mark.parametrize("use_responses_api", WIRES)
+async def test_requests_use_the_injected_url_key_and_client(
+    proxy: RunningProxy, use_responses_api: bool
+) -> None:
+    session_id, key = await proxy.start_session()
+    paths: list[str] = []
+    adapter = LangChainAdapter(build_chain, use_responses_api=use_responses_api)
+    async with _recording_client(paths) as client:
+        answer = await adapter.run(ROW, base_url=proxy.base_url, api_key=key, http_client=client)
+    route = "/v1/responses" if use_responses_api else "/v1/chat/completions"
+    assert paths == [f"{route} Bearer {key}"]
+    assert answer == expected_answer(ROW)
+    await proxy.session_post(key, "/rl/end_session")
+    (item,) = (await proxy.export(session_id))["interactions"]
+    assert item["output_text"] == answer
+
+
+# Every pair of (wire, transport, call style) once: four cases instead of eight.
+@pytest.mark.parametrize(
+    ("use_responses_api", "streaming", "sync"),
+    [
+        pytest.param(False, False, False, id="chat-json-ainvoke"),
+        pytest.param(False, True, True, id="chat-sse-invoke"),
+        pytest.param(True, False, True, id="responses-json-invoke"),
+        pytest.param(True, True, False, id="responses-sse-ainvoke"),
+    ],
+)
+async def test_chain_reply_is_recorded_with_its_tokens(
+    run_episode: Any, use_responses_api: bool, streaming: bool, sync: bool
+) -> None:
+    adapter = LangChainAdapter(
+        build_chain,
+        use_responses_api=use_responses_api,
+        streaming=streaming,
+        sync=sync,
+        reward_fn=exact_match,
+    )
+    episode = await run_episode(adapter, ROW)
+    assert episode.result == 1.0
+    (item,) = episode.interactions
+    assert item["output_text"] == expected_answer(ROW)
+    assert item["parent_id"] is None
+    assert item["input_len"] > 0
+    assert item["output_len"] > 0
+    # The system prompt and the question reached the model as separate messages.
+    assert [m["role"] for m in item["messages"]] == ["system", "user"]
+
+
+@pytest.mark.parametrize("use_responses_api", WIRES)
+async def test_model_returns_a_message_with_usage(
+    run_episode: Any, use_responses_api: bool
+) -> None:
+    adapter = LangChainAdapter(build_model, use_responses_api=use_responses_api)
+    episode = await run_episode(adapter, "hello there")
+    assert isinstance(episode.result, AIMessage)
+    assert final_text(episode.result) == "Turn 0: you said: hello there"
+    (item,) = episode.interactions
+    usage = episode.result.usage_metadata
+    assert usage is not None
+    assert (usage["input_tokens"], usage["output_tokens"]) == (
+        item["input_len"],
+        item["output_len"],
+    )
+
+
+@pytest.mark.parametrize("use_responses_api", WIRES)
+async def test_astream_with_stream_usage_reports_the_recorded_token_counts(
+    run_episode: Any, use_responses_api: bool
+) -> None:
+    adapter = LangChainAdapter(build_streamer, use_responses_api=use_responses_api)
+    episode = await run_episode(adapter, "stream this")
+    assert isinstance(episode.result, AIMessage)
+    assert final_text(episode.result) == "Turn 0: you said: stream this"
+    (item,) = episode.interactions
+    usage = episode.result.usage_metadata
+    assert usage is not None
+    assert (usage["input_tokens"], usage["output_tokens"]) == (
+        item["input_len"],
+        item["output_len"],
+    )
