@@ -80,3 +80,31 @@ def test_status_codes_map_to_rltap_errors(status: int, kind: type[errors.RltapEr
     error = openai.APIStatusError("x", response=httpx.Response(status, request=request), body=None)
     assert type(rltap_error_from(error)) is kind
     assert rltap_error_from(ValueError("no http here")) is None
+
+
+class _StreamedError(Exception):
+    """What an SDK raises for an SSE error event: a body, no status."""
+
+    def __init__(self, body: dict[str, Any]) -> None:
+        super().__init__(body.get("message"))
+        self.body = body
+
+
+@pytest.mark.parametrize(
+    ("body", "kind"),
+    [
+        pytest.param({"type": "api_error", "code": "engine_error"}, errors.EngineError, id="502"),
+        pytest.param(
+            {"type": "timeout_error", "code": "engine_timeout"}, errors.EngineTimeout, id="504"
+        ),
+        pytest.param(
+            {"type": "invalid_request_error", "code": None}, errors.InvalidRequest, id="400"
+        ),
+    ],
+)
+def test_streamed_error_events_map_to_rltap_errors(
+    body: dict[str, Any], kind: type[errors.RltapError]
+) -> None:
+    wrapped = RuntimeError("the framework wrapped it")
+    wrapped.__cause__ = _StreamedError({**body, "message": "boom"})
+    assert type(rltap_error_from(wrapped)) is kind

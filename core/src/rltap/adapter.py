@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import abc
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, ClassVar
@@ -35,7 +35,6 @@ __all__ = [
 ]
 
 RewardFn = Callable[[Any, Any], Any]
-
 
 
 class FrameworkVersionError(ImportError):
@@ -99,14 +98,46 @@ def _status_of(exc: BaseException) -> tuple[int, str] | None:
     return None
 
 
+def _by_type_and_code() -> dict[tuple[str, str | None], type[errors.RltapError]]:
+    table: dict[tuple[str, str | None], type[errors.RltapError]] = {}
+    pending: list[type[errors.RltapError]] = [errors.RltapError]
+    while pending:  # breadth first: a base class keeps a key its subclass repeats
+        kind = pending.pop(0)
+        table.setdefault((kind.error_type, kind.code), kind)
+        pending.extend(kind.__subclasses__())
+    return table
+
+
+_ERRORS_BY_BODY = _by_type_and_code()
+
+
+def _from_stream_event(exc: BaseException) -> errors.RltapError | None:
+    # An error after a stream started arrives as an SSE error event: the SDK raises an error
+    # without a status, carrying the proxy's error body (its `type` and `code`).
+    body = getattr(exc, "body", None)
+    if getattr(exc, "status_code", None) is not None or not isinstance(body, Mapping):
+        return None
+    error_type = body.get("type")
+    if not isinstance(error_type, str):
+        return None
+    code = body.get("code")
+    kind = _ERRORS_BY_BODY.get((error_type, code)) or _ERRORS_BY_BODY.get((error_type, None))
+    if kind is None:
+        return None
+    return kind(f"error event from the proxy: {body.get('message') or exc}")
+
+
 def rltap_error_from(exc: BaseException) -> errors.RltapError | None:
-    """rltap's error for an HTTP error anywhere in `exc`'s cause chain (None if there is none)."""
+    """rltap's error for an HTTP status or a streamed error event in `exc`'s cause chain."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         if isinstance(current, errors.RltapError):
             return current
+        streamed = _from_stream_event(current)
+        if streamed is not None:
+            return streamed
         found = _status_of(current)
         if found is not None:
             status, message = found

@@ -10,9 +10,8 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_openai import ChatOpenAI
 
 from rltap import errors
-from rltap.adapter import AgentAdapter, Connection, check_framework
+from rltap.adapter import AgentAdapter, Connection, check_framework, rltap_error_from
 from rltap_langchain._clients import episode_http_clients, proxy_chat_model
-from rltap_langchain._errors import rltap_error_in
 from rltap_langchain._version import FRAMEWORK_REQUIREMENT, LANGCHAIN_REQUIREMENT
 
 __all__ = ["Build", "InputFn", "LangChainAdapter", "RewardFn"]
@@ -104,7 +103,7 @@ class LangChainAdapter(AgentAdapter):
                     return await asyncio.to_thread(runnable.invoke, inputs, config)
                 return await runnable.ainvoke(inputs, config)
             except Exception as exc:
-                mapped = rltap_error_in(exc)
+                mapped = rltap_error_from(exc)
                 if mapped is None or isinstance(exc, errors.RltapError):
                     raise
                 raise mapped from exc
