@@ -1,7 +1,43 @@
-"""rltap adapter (skeleton: the supported framework range is declared; the adapter comes next)."""
+"""rltap adapter for the OpenAI Agents SDK: every LLM call of an `agents.Agent` run, recorded at
+the token level by the rltap proxy for RL training.
+
+Usage:
+    from rltap_openai_agents import OpenAIAgentsAdapter
+
+    agent = OpenAIAgentsAdapter(build_agent, api="chat", reward_fn=exact_match)
+    reward = await agent.run(row, base_url=proxy_url, api_key=session_key, http_client=http)
+"""
 
 from __future__ import annotations
 
+from rltap_openai_agents._adapter import (
+    AgentFactory,
+    EpisodeFn,
+    InputFn,
+    OpenAIAgentsAdapter,
+    RewardFn,
+)
+from rltap_openai_agents._inputs import default_input
+from rltap_openai_agents._models import (
+    Api,
+    ProxyModelProvider,
+    proxy_client,
+    proxy_model,
+    proxy_run_config,
+)
 from rltap_openai_agents._version import FRAMEWORK_REQUIREMENT
 
-__all__ = ["FRAMEWORK_REQUIREMENT"]
+__all__ = [
+    "FRAMEWORK_REQUIREMENT",
+    "AgentFactory",
+    "Api",
+    "EpisodeFn",
+    "InputFn",
+    "OpenAIAgentsAdapter",
+    "ProxyModelProvider",
+    "RewardFn",
+    "default_input",
+    "proxy_client",
+    "proxy_model",
+    "proxy_run_config",
+]

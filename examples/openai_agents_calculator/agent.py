@@ -1,0 +1,95 @@
+"""An OpenAI Agents SDK agent with a calculator tool, rewarded by exact match of its final answer.
+
+    rltap rollout examples/openai_agents_calculator/agent.py:Agent \
+        --data examples/openai_agents_calculator/data.jsonl ...
+
+Everything the rollout pickles (subprocess mode) or calls lives at module level: the tool, the
+function that builds the SDK agent for a row, and the reward.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+from collections.abc import Callable
+from typing import Any
+
+import agents
+
+from rltap_openai_agents import OpenAIAgentsAdapter
+
+INSTRUCTIONS = (
+    "You are a careful calculator. Use the calculate tool for every computation, then reply "
+    "with one line: 'Final answer: <number>'."
+)
+MARKER = "final answer:"
+_OPERATORS: dict[type[ast.AST], Callable[..., float]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.Pow: operator.pow,
+    ast.USub: operator.neg,
+    ast.UAdd: operator.pos,
+}
+
+
+def _evaluate(node: ast.AST) -> float:
+    # Only numbers and + - * / **: the model's text is never handed to eval().
+    if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
+        return float(node.value)
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
+        if isinstance(node.op, ast.Pow) and abs(_evaluate(node.right)) > 64:
+            msg = "exponent too large"
+            raise ValueError(msg)
+        return _OPERATORS[type(node.op)](_evaluate(node.left), _evaluate(node.right))
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _OPERATORS:
+        return _OPERATORS[type(node.op)](_evaluate(node.operand))
+    msg = f"only numbers and + - * / ** are allowed, got {type(node).__name__}"
+    raise ValueError(msg)
+
+
+def format_number(value: float) -> str:
+    """`5.0` -> "5", `2.5` -> "2.5": how answers are written in data.jsonl."""
+    return str(int(value)) if value.is_integer() else f"{value:.6g}"
+
+
+@agents.function_tool
+def calculate(expression: str) -> str:
+    """Evaluate an arithmetic expression, e.g. "12 * (3 + 4)".
+
+    Args:
+        expression: numbers with + - * / ** and parentheses.
+    """
+    return format_number(_evaluate(ast.parse(expression, mode="eval").body))
+
+
+def build_agent(row: Any) -> agents.Agent[Any]:
+    return agents.Agent(name="calculator", instructions=INSTRUCTIONS, tools=[calculate])
+
+
+def final_answer(text: str) -> str:
+    """The line after the last "Final answer:" (the whole text without one), trimmed."""
+    found = text.lower().rfind(MARKER)
+    answer = text[found + len(MARKER) :] if found >= 0 else text
+    lines = answer.strip().splitlines() or [""]
+    return lines[0].strip().rstrip(".").strip()
+
+
+def exact_match(result: Any, row: Any) -> float:
+    """1.0 when the final answer is exactly the row's answer, else 0.0."""
+    return float(final_answer(str(result.final_output)) == str(row["answer"]))
+
+
+class Agent(OpenAIAgentsAdapter):
+    """The calculator agent over Chat Completions, streamed; `run(row)` returns its reward."""
+
+    def __init__(self, api: Any = "chat", stream: bool = True) -> None:
+        super().__init__(build_agent, api=api, stream=stream, max_turns=6, reward_fn=exact_match)
+
+
+class ResponsesAgent(Agent):
+    """The same agent over the Responses API."""
+
+    def __init__(self) -> None:
+        super().__init__(api="responses", stream=False)

@@ -1,0 +1,94 @@
+"""examples/openai_agents_calculator runs as its README says, and pickles for subprocess mode."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import pickle
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from rltap.testing import RunningProxy
+from rltap.workflow import OpenAIProxyWorkflow, resolve_workflow
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "openai_agents_calculator"
+pytestmark = pytest.mark.skipif(not EXAMPLE.is_dir(), reason="runs in the rltap repository")
+
+
+def rows() -> list[dict[str, str]]:
+    return [json.loads(line) for line in (EXAMPLE / "data.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("name", [pytest.param("Agent", id="chat"), "ResponsesAgent"])
+async def test_calculator_rewards_exact_answers(proxy: RunningProxy, name: str) -> None:
+    workflow = resolve_workflow(
+        f"{EXAMPLE / 'agent.py'}:{name}", proxy_addr=proxy.url, admin_key=proxy.admin_key
+    )
+    assert isinstance(workflow, OpenAIProxyWorkflow)
+    workflow.agent = pickle.loads(pickle.dumps(workflow.agent))
+    try:
+        # The script's calculator call is 2+3: rows answering 5 earn 1.0, the others 0.0.
+        episodes = [await workflow.run_episode(row) for row in rows()[1:3]]
+    finally:
+        await workflow.aclose()
+    rewards = []
+    for episode in episodes:
+        assert episode.interactions is not None, episode.error
+        first, second = episode.interactions.values()
+        assert second.parent is first
+        rewards.append(second.reward)
+    assert rewards == [1.0, 0.0]
+
+
+def test_data_rows_have_a_question_and_an_answer() -> None:
+    assert 4 <= len(rows()) <= 8
+    assert all(set(row) == {"question", "answer"} for row in rows())
+
+
+@pytest.fixture(scope="module")
+def example() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("openai_agents_calculator", EXAMPLE / "agent.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param("Final answer: 42", "42", id="plain"),
+        pytest.param("6 * 7 = 42.\nFinal answer: 42.", "42", id="trailing-period"),
+        pytest.param("final answer: 1\nFinal Answer:  5 ", "5", id="last-wins"),
+        pytest.param("Final answer: 5\nHope that helps", "5", id="first-line"),
+        pytest.param("42", "42", id="no-marker"),
+    ],
+)
+def test_final_answer_is_what_follows_the_marker(
+    example: ModuleType, text: str, expected: str
+) -> None:
+    assert example.final_answer(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        pytest.param("12 * (3 + 4)", "84", id="integer"),
+        pytest.param("7 / 2", "3.5", id="fraction"),
+        pytest.param("-2 ** 3", "-8", id="unary-power"),
+    ],
+)
+def test_calculator_evaluates_arithmetic(
+    example: ModuleType, expression: str, expected: str
+) -> None:
+    value = example._evaluate(ast.parse(expression, mode="eval").body)
+    assert example.format_number(value) == expected
+
+
+def test_calculator_refuses_anything_but_arithmetic(example: ModuleType) -> None:
+    with pytest.raises(ValueError, match="only numbers"):
+        example._evaluate(ast.parse("__import__('os').getcwd()", mode="eval").body)
