@@ -4,4 +4,4 @@ from __future__ import annotations
 
 __all__ = ["FRAMEWORK_REQUIREMENT"]
 
-FRAMEWORK_REQUIREMENT = "camel-ai>=0.2.80,<0.3"
+FRAMEWORK_REQUIREMENT = "camel-ai>=0.2.79,<0.3"

@@ -1,0 +1,107 @@
+"""A CAMEL role play on the rltap proxy, rewarded on the tutor's final answer.
+
+A Student (CAMEL's user agent) and a Math Tutor (the assistant agent, with a calculator tool) work
+on a word problem. CAMEL's task-specify agent first turns the problem into a concrete task; all
+three agents call the policy through the proxy, so every call is recorded at the token level. The
+reward is 1.0 when the last number of the tutor's final answer is the row's answer, else 0.0.
+
+    rltap rollout examples/camel_roleplay/agent.py:Agent --data examples/camel_roleplay/data.jsonl \
+        --engine scripted --script rltap.testing.scripts:tool_loop --model <model dir> \
+        --out runs/camel_roleplay
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+import re
+from collections.abc import Callable
+from typing import Any
+
+from camel.societies import RolePlaying
+from camel.toolkits import FunctionTool
+
+from rltap_camel import CamelAdapter, ProxyModel
+
+MAX_TURNS = 2
+FINAL = "Final answer:"
+# Reply budgets: a role play makes 3-5 calls per turn pair with long system prompts; on a CPU a
+# small real model must finish an episode in minutes, not hours.
+TURN_TOKENS = 96  # the task-specify and student replies
+ANSWER_TOKENS = 160  # the tutor's replies
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+_OPERATORS: dict[type[ast.AST], Callable[..., float]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.USub: operator.neg,
+}
+
+
+def _evaluate(node: ast.AST) -> float:
+    if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
+        return node.value
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
+        return _OPERATORS[type(node.op)](_evaluate(node.left), _evaluate(node.right))
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _OPERATORS:
+        return _OPERATORS[type(node.op)](_evaluate(node.operand))
+    msg = f"unsupported expression: {ast.dump(node)}"
+    raise ValueError(msg)
+
+
+def calculate(expression: str) -> str:
+    """Evaluate an arithmetic expression such as "12 * (3 + 4)".
+
+    Args:
+        expression (str): Numbers combined with + - * / and parentheses.
+
+    Returns:
+        str: The value, or why it could not be computed.
+    """
+    try:
+        value = _evaluate(ast.parse(expression, mode="eval").body)
+    except (SyntaxError, ValueError, ZeroDivisionError) as exc:
+        return f"cannot compute {expression!r}: {exc}"
+    return f"{value:g}"
+
+
+def final_answer_reward(answer: str, data: dict[str, Any]) -> float:
+    """1.0 when the last number after "Final answer:" (or anywhere) is the expected answer."""
+    numbers = _NUMBER.findall(answer.rpartition(FINAL)[2] or answer)
+    return 1.0 if numbers and float(numbers[-1]) == float(data["answer"]) else 0.0
+
+
+class Agent(CamelAdapter):
+    """The role play as an rltap agent: `run(data)` plays one row and returns its reward."""
+
+    def __init__(self) -> None:
+        super().__init__(reward_fn=final_answer_reward)
+
+    def episode(self, data: dict[str, Any], model: ProxyModel) -> str:
+        # A plain def: RolePlaying(...) runs the task-specify agent synchronously, so the adapter
+        # runs this in a thread of its own, off the event loop the in-process proxy serves on.
+        # Every agent runs on the policy behind the proxy; with_config shares the clients.
+        short = model.with_config(max_tokens=TURN_TOKENS)
+        society = RolePlaying(
+            assistant_role_name="Math Tutor",
+            user_role_name="Student",
+            task_prompt=data["task"],
+            assistant_agent_kwargs={
+                "model": model.with_config(max_tokens=ANSWER_TOKENS),
+                "tools": [FunctionTool(calculate)],
+            },
+            user_agent_kwargs={"model": short},
+            task_specify_agent_kwargs={"model": short, "word_limit": 40},
+        )
+        message = society.init_chat()
+        answer = ""
+        for _ in range(MAX_TURNS):
+            assistant, user = society.step(message)
+            if not assistant.msgs:  # a role agent ended the play
+                break
+            message = assistant.msg
+            answer = message.content
+            if FINAL in answer or assistant.terminated or user.terminated:
+                break
+        return answer

@@ -1,0 +1,21 @@
+"""CAMEL's cells of the integration matrix (`rltap.testing.matrix`): inline and subprocess,
+streamed and not, Chat Completions (CAMEL's OpenAI-compatible backend speaks nothing else)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from camel_episodes import chat_step
+
+from rltap.testing.matrix import AdapterMatrixTests, final_answer_reward
+from rltap_camel import CamelAdapter
+
+
+class TestCamelMatrix(AdapterMatrixTests):
+    framework = "camel"
+    supports_streaming = True
+    wire_formats = ("chat",)
+
+    def make_agent(self, *, tools: bool, stream: bool, wire_format: str) -> Any:
+        # ChatAgent.step with a tool, the common CAMEL agent; astep is in the standard suite.
+        return CamelAdapter(chat_step, reward_fn=final_answer_reward, stream=stream)
