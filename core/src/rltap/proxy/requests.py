@@ -9,7 +9,11 @@ from fastapi import Request
 
 from rltap.errors import InvalidRequest
 
-__all__ = ["read_json", "request_key"]
+__all__ = ["MAX_DEPTH", "read_json", "request_key"]
+
+# Deeper bodies are refused: the recursive steps after parsing (canonical forms, templates,
+# re-serialising for export, whose orjson stops at 254 levels) must never meet them.
+MAX_DEPTH = 128
 
 
 def request_key(request: Request) -> str | None:
@@ -39,4 +43,21 @@ async def read_json(request: Request, *, allow_empty: bool = False) -> dict[str,
     if not isinstance(body, dict):
         msg = f"the request body must be a JSON object, not {type(body).__name__}"
         raise InvalidRequest(msg)
+    # Counting brackets is cheap; only a body with that many can nest that deep.
+    if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and _nests_deeper(body, MAX_DEPTH):
+        msg = f"the request body nests arrays and objects more than {MAX_DEPTH} levels deep"
+        raise InvalidRequest(msg)
     return body
+
+
+def _nests_deeper(value: Any, limit: int) -> bool:
+    level: list[Any] = [value]
+    for _ in range(limit):  # one level of containers at a time: each is visited once
+        deeper: list[Any] = []
+        for item in level:
+            children = item.values() if type(item) is dict else item
+            deeper.extend(c for c in children if type(c) is dict or type(c) is list)
+        if not deeper:
+            return False
+        level = deeper
+    return True

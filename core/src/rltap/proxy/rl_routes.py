@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 
 __all__ = ["add_routes", "export_body"]
 
+_MAX_VERSION = 2**31 - 1
+
 
 def _json(body: Any, status_code: int = 200) -> Response:
     return Response(orjson.dumps(body), status_code=status_code, media_type="application/json")
@@ -100,8 +102,10 @@ def add_routes(app: FastAPI, state: ProxyState) -> None:
         store.require_admin(request_key(request))
         body = await read_json(request)
         version = _field(body, "version", int, None)
-        if version is None or version < 0:
-            raise InvalidRequest("version must be an integer >= 0", param="version")
+        # Exports carry versions as int32: a larger one would fail every later export.
+        if version is None or not 0 <= version <= _MAX_VERSION:
+            msg = f"version must be an integer in [0, {_MAX_VERSION}]"
+            raise InvalidRequest(msg, param="version")
         state.engine.set_version(version)
         return _json({"version": state.engine.version})
 

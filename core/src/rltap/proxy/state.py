@@ -187,6 +187,10 @@ class SessionStore:
             if not api_key.strip():
                 msg = "api_key must not be empty"
                 raise InvalidRequest(msg, param="api_key")
+            # Keys arrive in a header, read stripped: any other key could never be used.
+            if api_key != api_key.strip() or not (api_key.isascii() and api_key.isprintable()):
+                msg = "api_key must be printable ASCII, without blanks at either end"
+                raise InvalidRequest(msg, param="api_key")
             if self.is_admin(api_key):
                 msg = "api_key must not be the admin key"
                 raise InvalidRequest(msg, param="api_key")
