@@ -6,7 +6,7 @@ from camel_episodes import EXPECTED, ScenarioAdapter
 from test_role_playing import TASK, check_role_play
 
 from rltap.testing import RunningProxy
-from rltap.testing.matrix import _SHARED_POOL
+from rltap.testing.matrix import shared_agent_pool
 from rltap.workflow import OpenAIProxyWorkflow
 
 
@@ -18,7 +18,7 @@ async def test_episodes_run_in_a_worker_process(proxy: RunningProxy) -> None:
         proxy_addr=proxy.url,
         admin_key=proxy.admin_key,
         mode="subproc",
-        agent_pool=_SHARED_POOL,
+        agent_pool=shared_agent_pool(),
         discount=0.5,
     )
     try:

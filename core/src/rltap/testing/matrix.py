@@ -36,7 +36,15 @@ from rltap.testing.harness import check_episode, scripted_proxy
 from rltap.testing.scripts import FINAL_PREFIX
 from rltap.workflow import OpenAIProxyWorkflow
 
-__all__ = ["AdapterMatrixTests", "Cell", "CellResult", "matrix_dir", "print_table", "run_cell"]
+__all__ = [
+    "AdapterMatrixTests",
+    "Cell",
+    "CellResult",
+    "matrix_dir",
+    "print_table",
+    "run_cell",
+    "shared_agent_pool",
+]
 
 DISCOUNT = 0.9
 # One worker process for every subproc cell of a test run: spawning (and importing the framework)
@@ -63,6 +71,11 @@ class CellResult:
     passed: bool
     detail: str
     seconds: float
+
+
+def shared_agent_pool() -> AgentPool:
+    """The one subprocess worker pool of this test process (spawned on first use)."""
+    return _SHARED_POOL
 
 
 def matrix_dir() -> Path:

@@ -81,7 +81,10 @@ class CamelAdapter(AgentAdapter):
         self.max_retries = max_retries
 
     def episode(self, data: Any, model: ProxyModel) -> Any:
-        """One episode on `data` with CAMEL agents on `model`; override it (def or async def)."""
+        """One episode on `data` with CAMEL agents on `model`; override it (def or async def).
+
+        Its result goes to `reward_fn`; extra keyword arguments of `run` are passed on to it.
+        """
         assert self.episode_fn is not None  # __init__ refuses an adapter without an episode
         return self.episode_fn(data, model)
 

@@ -127,6 +127,13 @@ class ProxyModel(OpenAICompatibleModel):
         self.connection = connection
         self.context_window = context_window
         self._unanswered: BaseException | None = None
+        self._options: dict[str, Any] = {
+            "model": model,
+            "token_counter": token_counter,
+            "context_window": context_window,
+            "timeout": timeout,
+            "max_retries": max_retries,
+        }
 
     @property
     def token_limit(self) -> int:
@@ -139,14 +146,10 @@ class ProxyModel(OpenAICompatibleModel):
         current = {k: v for k, v in self.model_config_dict.items() if k != "stream"}
         return ProxyModel(
             self.connection,
-            model=str(self.model_type),
             stream=self.stream if stream is None else stream,
             config={**current, **config},
-            token_counter=self._token_counter,
-            context_window=self.context_window,
-            timeout=self._timeout or DEFAULT_TIMEOUT,
-            max_retries=self._max_retries,
             _clients=self._clients,
+            **self._options,
         )
 
     def _run(self, messages: Any, response_format: Any = None, tools: Any = None) -> Any:
