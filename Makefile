@@ -42,5 +42,10 @@ matrix: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/cache_scaling.py --check
 
+## soak: 10,000 sequential session lifecycles through one proxy process; memory per 1,000 printed
+.PHONY: soak
+soak: $(STAMP)
+	$(BIN)/python bench/soak.py soak --sessions 10000
+
 clean:
 	rm -rf $(VENV) .nox .venv-vllm .matrix
