@@ -185,6 +185,7 @@ def test_last_reward_goes_to_the_last_completed_not_the_last_started(
         pytest.param("1.0", id="string"),
         pytest.param(None, id="none"),
         pytest.param(True, id="bool"),
+        pytest.param(1e300, id="beyond-float32"),
     ],
 )
 def test_invalid_rewards_are_refused(record: Record, cache: InteractionCache, bad: object) -> None:

@@ -133,3 +133,11 @@ def test_tools_context_ignores_key_order_and_none() -> None:
     b = [{"function": {"parameters": {}, "name": "f"}, "type": "function"}]
     assert tools_context(a) == tools_context(b)
     assert tools_context([]) is None
+
+
+def test_arguments_too_deep_to_reserialise_compare_as_text() -> None:
+    deep = "[" * 400 + "]" * 400
+    call = {"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": deep}}]}
+    assert canonical_message(call) == canonical_message(dict(call))
+    other = {"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "[]"}}]}
+    assert canonical_message(call) != canonical_message(other)

@@ -295,6 +295,7 @@ OTHER_CASES: list[tuple[str, str, bytes, int]] = [
     ("chat-tool-arguments-not-json", CHAT, tool_round(CHAT, "{not json"), 200),
     ("chat-tool-arguments-nan", CHAT, tool_round(CHAT, '{"a": NaN}'), 200),
     ("chat-tool-arguments-nested-200", CHAT, tool_round(CHAT, nested(200)), 200),
+    ("chat-tool-arguments-nested-600", CHAT, tool_round(CHAT, nested(600)), 200),
     ("responses-tool-arguments-not-json", RESPONSES, tool_round(RESPONSES, "{not json"), 200),
     # Anthropic's tool input is an object on the wire: a string is the client's mistake.
     ("messages-tool-input-a-string", MESSAGES, tool_round(MESSAGES, "{not json"), 400),

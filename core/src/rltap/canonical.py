@@ -102,7 +102,21 @@ def canonical_message(message: Mapping[str, Any]) -> bytes:
         [_canonical_tool_call(call) for call in tool_calls],
     ]
     # OPT_SORT_KEYS makes dict argument order irrelevant; non-str dict keys cannot come from JSON.
-    return orjson.dumps(canon, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
+    options = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
+    try:
+        return orjson.dumps(canon, option=options)
+    except orjson.JSONEncodeError:
+        # Arguments nested deeper than orjson writes (~254 levels) compare as their raw text.
+        canon[3] = [_raw_tool_call(call) for call in tool_calls]
+        return orjson.dumps(canon, option=options)
+
+
+def _raw_tool_call(call: Mapping[str, Any]) -> list[Any]:
+    function = call.get("function")
+    if not isinstance(function, Mapping):
+        function = call
+    arguments = function.get("arguments")
+    return [function.get("name"), arguments if isinstance(arguments, str) else repr(arguments)]
 
 
 def _step(previous: bytes, message: Mapping[str, Any]) -> bytes:

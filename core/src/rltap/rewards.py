@@ -41,6 +41,9 @@ _AGGREGATES: dict[str, Callable[[list[float]], float]] = {
 }
 
 
+_FLOAT32_MAX = 3.4028234663852886e38
+
+
 def check_reward(reward: object) -> float:
     """A reward as a float; `InvalidReward` for anything non-numeric or non-finite."""
     if isinstance(reward, bool) or not isinstance(reward, numbers.Real):
@@ -49,6 +52,9 @@ def check_reward(reward: object) -> float:
     value = float(reward)
     if not math.isfinite(value):
         msg = f"reward must be a finite number, got {value}"
+        raise InvalidReward(msg, param="reward")
+    if abs(value) > _FLOAT32_MAX:  # exported as float32: it would become inf
+        msg = f"reward {value} is outside the float32 range of the exported tensors"
         raise InvalidReward(msg, param="reward")
     return value
 
