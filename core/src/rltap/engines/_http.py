@@ -29,9 +29,11 @@ import aiohttp
 import orjson
 
 from rltap.errors import EngineError, EngineTimeout, EngineUnavailable
+from rltap.types import LogprobConvention
 
 __all__ = [
     "EngineHTTPClient",
+    "HTTPEngineBase",
     "InflightRequests",
     "error_for_status",
     "iter_sse_data",
@@ -261,3 +263,50 @@ class InflightRequests:
 
     def __len__(self) -> int:
         return len(self._requests)
+
+
+class HTTPEngineBase:
+    """What every engine behind an HTTP server shares: its client, the requests in flight, and the
+    policy-version counter (the server does not know rltap's versions; tokens are stamped here)."""
+
+    engine_name: str = "engine"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        api_key: str | None,
+        timeout: float | None,
+        connect_timeout: float,
+        version: int,
+        logprob_convention: LogprobConvention,
+        max_connections: int,
+    ) -> None:
+        self._client = EngineHTTPClient(
+            url,
+            engine=self.engine_name,
+            api_key=api_key,
+            timeout=timeout,
+            connect_timeout=connect_timeout,
+            max_connections=max_connections,
+        )
+        self.logprob_convention = logprob_convention
+        self._version = version
+        self._inflight = InflightRequests()
+
+    @property
+    def url(self) -> str:
+        return self._client.base_url
+
+    @property
+    def version(self) -> int:
+        """The policy version stamped on tokens generated from now on."""
+        return self._version
+
+    def set_version(self, version: int) -> None:
+        """Declare the policy version after a trainer pushed new weights to the server."""
+        self._version = version
+
+    async def close(self) -> None:
+        """Close the HTTP session. Requests in flight fail; the engine can be started again."""
+        await self._client.close()

@@ -29,7 +29,7 @@ from typing import Any
 
 import orjson
 
-from rltap.engines._http import EngineHTTPClient, InflightRequests, error_for_status, iter_sse_data
+from rltap.engines._http import HTTPEngineBase, error_for_status, iter_sse_data
 from rltap.errors import EngineError
 from rltap.types import LogprobConvention, ModelRequest, ModelResponse, StopReason, TokenChunk
 
@@ -134,7 +134,7 @@ class _StreamCursor:
         return fresh
 
 
-class SGLangEngine:
+class SGLangEngine(HTTPEngineBase):
     """An SGLang server's native `/generate` API as an rltap `InferenceEngine`.
 
     `url` is the server root (`http://host:30000`). `timeout` is how long the server may stay
@@ -145,6 +145,8 @@ class SGLangEngine:
         response = await engine.generate(ModelRequest(input_ids=[9707, 11], max_new_tokens=16))
         await engine.close()
     """
+
+    engine_name = _ENGINE
 
     def __init__(
         self,
@@ -157,30 +159,15 @@ class SGLangEngine:
         logprob_convention: LogprobConvention = LogprobConvention.TEMPERATURE_SCALED,
         max_connections: int = 0,
     ) -> None:
-        self._client = EngineHTTPClient(
+        super().__init__(
             url,
-            engine=_ENGINE,
             api_key=api_key,
             timeout=timeout,
             connect_timeout=connect_timeout,
+            version=version,
+            logprob_convention=logprob_convention,
             max_connections=max_connections,
         )
-        self.logprob_convention = logprob_convention
-        self._version = version
-        self._inflight = InflightRequests()
-
-    @property
-    def url(self) -> str:
-        return self._client.base_url
-
-    @property
-    def version(self) -> int:
-        """The policy version stamped on tokens generated from now on."""
-        return self._version
-
-    def set_version(self, version: int) -> None:
-        """Declare the policy version after a trainer pushed new weights to the server."""
-        self._version = version
 
     async def start(self) -> None:
         """Nothing to acquire up front: the HTTP session opens on the first request."""
@@ -261,7 +248,3 @@ class SGLangEngine:
             # The server cannot be asked: drop the connection, which SGLang also treats as
             # an abort; the request ends as aborted, without its partial output.
             self._inflight.abort(request_id)
-
-    async def close(self) -> None:
-        """Close the HTTP session. Requests in flight fail; the engine can be started again."""
-        await self._client.close()

@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from rltap.engines._http import EngineHTTPClient, InflightRequests, error_for_status, iter_sse_data
+from rltap.engines._http import HTTPEngineBase, error_for_status, iter_sse_data
 from rltap.errors import EngineError
 from rltap.types import LogprobConvention, ModelRequest, ModelResponse, StopReason, TokenChunk
 
@@ -110,7 +110,7 @@ def _check_prompt(choice: dict[str, Any], input_ids: list[int]) -> None:
         raise EngineError(msg)
 
 
-class VLLMEngine:
+class VLLMEngine(HTTPEngineBase):
     """A `vllm serve` OpenAI-compatible server as an rltap `InferenceEngine`.
 
     `url` is the server root (`http://host:8000`, with or without `/v1`). `model` defaults to
@@ -122,6 +122,8 @@ class VLLMEngine:
         response = await engine.generate(ModelRequest(input_ids=[9707, 11], max_new_tokens=16))
         await engine.close()
     """
+
+    engine_name = _ENGINE
 
     def __init__(
         self,
@@ -136,31 +138,16 @@ class VLLMEngine:
         max_connections: int = 0,
     ) -> None:
         base_url = url.rstrip("/").removesuffix("/v1")
-        self._client = EngineHTTPClient(
+        super().__init__(
             base_url,
-            engine=_ENGINE,
             api_key=api_key,
             timeout=timeout,
             connect_timeout=connect_timeout,
+            version=version,
+            logprob_convention=logprob_convention,
             max_connections=max_connections,
         )
         self.model = model
-        self.logprob_convention = logprob_convention
-        self._version = version
-        self._inflight = InflightRequests()
-
-    @property
-    def url(self) -> str:
-        return self._client.base_url
-
-    @property
-    def version(self) -> int:
-        """The policy version stamped on tokens generated from now on."""
-        return self._version
-
-    def set_version(self, version: int) -> None:
-        """Declare the policy version after a trainer pushed new weights to the server."""
-        self._version = version
 
     async def start(self) -> None:
         """Open the session and discover the served model name if none was given."""
@@ -263,7 +250,3 @@ class VLLMEngine:
     async def abort(self, request_id: str) -> None:
         """Abort a request in flight by dropping its connection; a no-op if it is done."""
         self._inflight.abort(request_id)
-
-    async def close(self) -> None:
-        """Close the HTTP session. Requests in flight fail; the engine can be started again."""
-        await self._client.close()
