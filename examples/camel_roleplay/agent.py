@@ -23,10 +23,11 @@ from camel.toolkits import FunctionTool
 
 from rltap_camel import CamelAdapter, ProxyModel
 
-MAX_TURNS = 2
 FINAL = "Final answer:"
-# Reply budgets: a role play makes 3-5 calls per turn pair with long system prompts; on a CPU a
-# small real model must finish an episode in minutes, not hours.
+# Budgets: each turn pair is 2-3 calls on ever longer prompts (three agents' system prompts); on
+# a CPU a small real model must finish an episode in a minute or two, not ten. One turn pair is
+# the student's instruction and the tutor's answer, tool call included.
+MAX_TURNS = 1
 TURN_TOKENS = 96  # the task-specify and student replies
 ANSWER_TOKENS = 160  # the tutor's replies
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")

@@ -91,5 +91,5 @@ class Agent(LangChainAdapter):
     """The math chain as an rltap agent (`rltap rollout ...agent.py:Agent`)."""
 
     def __init__(self, **options: Any) -> None:
-        options.setdefault("chat_kwargs", {"temperature": 1.0, "max_tokens": 256})
+        options.setdefault("chat_kwargs", {"temperature": 1.0, "max_tokens": 128})
         super().__init__(build_math_chain, reward_fn=exact_match, **options)

@@ -149,7 +149,7 @@ def _add_demo_command(subparsers: _Subparsers) -> None:
     )  # fmt: skip
     demo.add_argument("--episode-timeout", type=float, default=600.0, help="seconds (default 600)")
     add_serve_arguments(demo)
-    demo.set_defaults(handler=_demo, default_max_tokens=256)
+    demo.set_defaults(handler=_demo, default_max_tokens=128)
 
 
 def _demo(args: argparse.Namespace) -> int:

@@ -46,7 +46,7 @@ class Example:
     rows: int  # how many rows `rltap demo` runs unless --rows says
 
 
-# CAMEL's role play makes 5 to 7 calls an episode on ever longer prompts (three agents), the
+# CAMEL's role play makes 3 or 4 calls an episode on ever longer prompts (three agents), the
 # others one or two: one row of it takes as long as a few of theirs on two CPU cores.
 EXAMPLES = (
     Example("openai_agents", "examples/openai_agents_calculator", rows=3),
