@@ -21,6 +21,7 @@ from vllm_server import VLLMServer, vllm_compatible_model
 
 from rltap.engines._http import iter_sse_data
 from rltap.engines.base import InferenceEngine
+from rltap.engines.http1 import HTTP1Client
 from rltap.engines.vllm import VLLMEngine
 from rltap.errors import EngineError, EngineTimeout, EngineUnavailable
 from rltap.types import LogprobConvention, ModelRequest, ModelResponse, StopReason, TokenChunk
@@ -381,10 +382,11 @@ async def test_sse_reader_handles_split_lines_and_huge_events(scripted: Scripted
         return response
 
     scripted.handler = events
-    import aiohttp
-
-    async with aiohttp.ClientSession() as session, session.get(scripted.url) as response:
-        payloads = [payload async for payload in iter_sse_data(response)]
+    client = HTTP1Client(scripted.url)
+    response = await client.request("GET", "/events")
+    payloads = [payload async for payload in iter_sse_data(response)]
+    response.close()
+    await client.close()
     assert payloads == [b'{"a": 1}', huge]
 
 
@@ -496,8 +498,8 @@ async def test_vllm_prompt_too_long_is_a_non_retryable_engine_error(vllm: VLLMEn
 
 async def _metric(engine: VLLMEngine, name: str) -> float:
     """The sum of one vLLM Prometheus metric over its labels."""
-    async with engine._client.session().get(engine.url + "/metrics") as response:
-        text = (await response.read()).decode()
+    response = await engine._client.http().request("GET", "/metrics")
+    text = (await response.read()).decode()
     values = [
         float(line.rsplit(" ", 1)[1])
         for line in text.splitlines()

@@ -1,6 +1,6 @@
 """Inference engines: embedded transformers, vLLM and SGLang over HTTP, and a scripted fake.
 
-Engine classes are imported on first use: each pulls in its own stack (torch, aiohttp).
+Engine classes are imported on first use: each pulls in its own stack (torch, an HTTP client).
 """
 
 from __future__ import annotations

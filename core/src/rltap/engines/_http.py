@@ -1,6 +1,6 @@
-"""What the HTTP engines (vLLM, SGLang) share: one aiohttp session, error mapping, SSE reading.
+"""What the HTTP engines (vLLM, SGLang) share: one HTTP client, error mapping, SSE reading.
 
-Every aiohttp, connection and timeout failure and every HTTP error status crosses into rltap's
+Every connection, timeout and protocol failure and every HTTP error status crosses into rltap's
 error hierarchy in one place, `map_http_errors` (the pattern of httpx's
 `map_httpcore_exceptions`), so the engines never see a backend exception:
 
@@ -25,9 +25,16 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
 import orjson
 
+from rltap.engines.http1 import (
+    ConnectFailed,
+    ConnectionDropped,
+    ConnectTimeout,
+    HTTP1Client,
+    HTTP1Response,
+    ProtocolError,
+)
 from rltap.errors import EngineError, EngineTimeout, EngineUnavailable
 from rltap.types import LogprobConvention
 
@@ -76,40 +83,40 @@ def error_for_status(engine: str, status: int, body: bytes) -> EngineError:
 
 @contextlib.contextmanager
 def map_http_errors(engine: str, url: str) -> Iterator[None]:
-    """Translate aiohttp, socket, timeout and JSON errors raised inside into `EngineError`s."""
+    """Translate connection, timeout, HTTP and JSON errors raised inside into `EngineError`s."""
     try:
         yield
     except EngineError:
         raise
-    except aiohttp.ConnectionTimeoutError as exc:
+    except ConnectTimeout as exc:
         msg = f"{engine} at {url} did not accept a connection in time"
         raise EngineUnavailable(msg) from exc
-    except TimeoutError as exc:  # aiohttp's read timeouts subclass it
+    except ConnectFailed as exc:
+        msg = f"{engine} at {url} is unreachable: {exc}"
+        raise EngineUnavailable(msg) from exc
+    except TimeoutError as exc:  # the client's read timeout subclasses it
         msg = f"{engine} at {url} sent nothing within the timeout"
         raise EngineTimeout(msg) from exc
-    except aiohttp.ClientConnectorError as exc:
-        msg = f"{engine} at {url} is unreachable: {exc.os_error or exc}"
-        raise EngineUnavailable(msg) from exc
-    except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
-        msg = f"{engine} at {url} dropped the connection: {exc or type(exc).__name__}"
+    except ConnectionDropped as exc:
+        msg = f"{engine} at {url} dropped the connection: {exc}"
         raise EngineError(msg, is_retryable=True) from exc
-    except aiohttp.ClientError as exc:
-        msg = f"request to {engine} at {url} failed: {exc or type(exc).__name__}"
+    except ProtocolError as exc:
+        msg = f"{engine} at {url} answered with invalid HTTP: {exc}"
         raise EngineError(msg) from exc
     except orjson.JSONDecodeError as exc:
         msg = f"{engine} at {url} sent invalid JSON: {exc}"
         raise EngineError(msg) from exc
 
 
-async def iter_sse_data(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+async def iter_sse_data(response: HTTP1Response) -> AsyncIterator[bytes]:
     """Yield the `data` payload of each server-sent event until `[DONE]` or the body ends.
 
-    Lines are split here rather than by `StreamReader.readline`, whose line-length limit a
-    cumulative SGLang chunk (every logprob so far, in one line) can exceed.
+    Lines are split here, with no line-length limit: a cumulative SGLang chunk (every logprob
+    so far) is one long line.
     """
     buffer = bytearray()
     data: list[bytes] = []
-    async for piece in response.content.iter_any():
+    async for piece in response.iter_chunks():
         buffer += piece
         start = 0
         while (end := buffer.find(b"\n", start)) >= 0:
@@ -129,10 +136,10 @@ async def iter_sse_data(response: aiohttp.ClientResponse) -> AsyncIterator[bytes
 
 
 class EngineHTTPClient:
-    """An aiohttp session to one engine server, opened lazily on the running event loop.
+    """An HTTP client to one engine server, opened lazily on the running event loop.
 
-    `timeout` bounds how long the engine may stay silent (the whole body for plain requests,
-    the gap between two chunks for streams); `connect_timeout` bounds opening a connection.
+    `timeout` bounds how long the engine may stay silent (the gap before the head and between
+    two body chunks); `connect_timeout` bounds opening a connection.
 
     Usage:
         client = EngineHTTPClient("http://127.0.0.1:8000", engine="vLLM")
@@ -156,71 +163,73 @@ class EngineHTTPClient:
         self._headers = dict(_JSON_HEADERS)
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
-        self._timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=connect_timeout, sock_read=timeout
-        )
+        self._timeout = timeout
+        self._connect_timeout = connect_timeout
         self._max_connections = max_connections
-        self._session: aiohttp.ClientSession | None = None
+        self._http: HTTP1Client | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._new_http()  # a malformed URL fails here, not at the first request
 
-    def session(self) -> aiohttp.ClientSession:
-        """The session for the running loop (a new loop, as in tests, gets a new session)."""
+    def _new_http(self) -> HTTP1Client:
+        return HTTP1Client(
+            self.base_url,
+            headers=self._headers,
+            timeout=self._timeout,
+            connect_timeout=self._connect_timeout,
+            max_connections=self._max_connections,
+        )
+
+    def http(self) -> HTTP1Client:
+        """The client for the running loop (a new loop, as in tests, gets a new client)."""
         loop = asyncio.get_running_loop()
-        if self._session is None or self._session.closed or self._loop is not loop:
-            connector = aiohttp.TCPConnector(limit=self._max_connections, ttl_dns_cache=300)
-            self._session = aiohttp.ClientSession(
-                connector=connector,
-                timeout=self._timeout,
-                headers=self._headers,
-            )
+        if self._http is None or self._loop is not loop:
+            self._http = self._new_http()
             self._loop = loop
-        return self._session
+        return self._http
 
     @contextlib.asynccontextmanager
-    async def post(self, path: str, body: dict[str, Any]) -> AsyncIterator[aiohttp.ClientResponse]:
+    async def post(self, path: str, body: dict[str, Any]) -> AsyncIterator[HTTP1Response]:
         """POST `body` as JSON; yield the response once its status is known to be a success.
 
         Leaving the block before the body is read closes the connection, which is how vLLM and
         SGLang learn that the client went away and abort the request.
         """
-        url = self.base_url + path
-        with map_http_errors(self.engine, url):
-            async with self.session().post(url, data=orjson.dumps(body)) as response:
+        with map_http_errors(self.engine, self.base_url + path):
+            response = await self.http().request("POST", path, orjson.dumps(body))
+            try:
                 if response.status >= 400:
                     raise error_for_status(self.engine, response.status, await response.read())
-                try:
-                    yield response
-                finally:
-                    if not response.content.at_eof():
-                        response.close()
+                yield response
+            finally:
+                if not response.at_eof:
+                    response.close()
 
     async def get_json(self, path: str) -> Any:
         """GET `path` and decode its JSON body."""
-        url = self.base_url + path
-        with map_http_errors(self.engine, url):
-            async with self.session().get(url) as response:
-                if response.status >= 400:
-                    raise error_for_status(self.engine, response.status, await response.read())
-                return orjson.loads(await response.read())
+        with map_http_errors(self.engine, self.base_url + path):
+            response = await self.http().request("GET", path)
+            body = await response.read()
+            if response.status >= 400:
+                raise error_for_status(self.engine, response.status, body)
+            return orjson.loads(body)
 
-    async def read_json(self, response: aiohttp.ClientResponse) -> Any:
+    async def read_json(self, response: HTTP1Response) -> Any:
         """The decoded JSON body of a response from `post`, errors mapped."""
-        with map_http_errors(self.engine, str(response.url)):
+        with map_http_errors(self.engine, self.base_url):
             return orjson.loads(await response.read())
 
     async def close(self) -> None:
-        """Close the session; the next request opens a new one."""
-        if self._session is not None and not self._session.closed:
-            with contextlib.suppress(RuntimeError):  # its loop may already be closed
-                await self._session.close()
-        self._session = None
+        """Close the connections; the next request opens new ones."""
+        if self._http is not None:
+            await self._http.close()
+        self._http = None
         self._loop = None
 
 
 @dataclass(slots=True)
 class _Inflight:
     aborted: bool = False
-    response: aiohttp.ClientResponse | None = None
+    response: HTTP1Response | None = None
     task: asyncio.Task[Any] | None = None
 
 
