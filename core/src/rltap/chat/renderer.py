@@ -43,6 +43,7 @@ from typing import Any
 
 from jinja2 import TemplateError
 
+from rltap.chat.piece_encoder import PieceEncoder
 from rltap.chat.template_render import CompiledChatTemplate
 from rltap.errors import InvalidRequest
 from rltap.types import InteractionWithTokenLogpReward
@@ -118,6 +119,7 @@ class ChatRenderer:
         self._template = _compiled_template(tokenizer, chat_template)
         backend = getattr(tokenizer, "backend_tokenizer", None)
         self._backend = backend if callable(getattr(backend, "encode", None)) else None
+        self._pieces = PieceEncoder.for_backend(backend) if self._backend is not None else None
         self._end_of_turn = end_of_turn if end_of_turn is not None else str(tokenizer.eos_token)
         self._end_of_turn_ids = tuple(self._encode(self._end_of_turn))
         if not self._end_of_turn_ids:
@@ -270,6 +272,8 @@ class ChatRenderer:
         return StreamDecoder(self._tokenizer)
 
     def _encode(self, text: str) -> list[int]:
+        if self._pieces is not None:  # the Rust tokenizer, with repeated pieces cached
+            return self._pieces.encode(text)
         if self._backend is not None:  # the Rust tokenizer itself: same ids, less overhead
             return list(self._backend.encode(text, add_special_tokens=False).ids)
         return [int(i) for i in self._tokenizer.encode(text, add_special_tokens=False)]

@@ -1,0 +1,88 @@
+"""Text to token ids, cut at the tokenizer's added tokens, with each piece's ids cached.
+
+A Hugging Face (Rust) tokenizer first cuts the text at its added tokens (`<|im_start|>`,
+`<|im_end|>`, `<tool_call>`, ...) and then normalises, pre-tokenises and encodes each piece in
+between on its own. A piece's ids therefore never depend on its neighbours, and chat prompts
+repeat most pieces: the system prompt, `user\\n`, `assistant\\n`, the `\\n` between turns. The
+proxy encodes every prompt on its hot path, so the pieces are cached; only new text (the latest
+user message) reaches the tokenizer. Encoding a first-turn prompt drops from ~50-110 µs to ~25.
+
+The cut is the tokenizer's own only when every added token matches verbatim: no `lstrip`,
+`rstrip` or `single_word`, and not matched after normalisation. `PieceEncoder.for_backend`
+returns None otherwise, and the caller encodes whole texts.
+
+Usage:
+    encoder = PieceEncoder.for_backend(tokenizer.backend_tokenizer)
+    ids = encoder.encode("<|im_start|>user\\nHi<|im_end|>\\n")
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+__all__ = ["PieceEncoder"]
+
+
+class PieceEncoder:
+    """`backend.encode(text, add_special_tokens=False).ids`, piece by piece, pieces cached.
+
+    At most `max_entries` pieces of up to `max_piece_chars` characters are kept (oldest out
+    first), so the cache stays within a few MiB however many distinct texts pass through.
+    """
+
+    def __init__(
+        self,
+        backend: Any,
+        added: dict[str, int],
+        *,
+        max_entries: int = 8192,
+        max_piece_chars: int = 2048,
+    ) -> None:
+        self._backend = backend
+        self._added = added
+        # Longest first: at one position the longest added token wins, as in the tokenizer.
+        alternatives = sorted(added, key=len, reverse=True)
+        self._split = re.compile("(" + "|".join(map(re.escape, alternatives)) + ")").split
+        self._cache: dict[str, list[int]] = {}
+        self._max_entries = max_entries
+        self._max_piece_chars = max_piece_chars
+
+    @classmethod
+    def for_backend(cls, backend: Any) -> PieceEncoder | None:
+        """An encoder for a `tokenizers.Tokenizer`, or None if its cut can't be reproduced."""
+        try:
+            tokens = backend.get_added_tokens_decoder()
+        except AttributeError:
+            return None
+        added: dict[str, int] = {}
+        for token_id, token in tokens.items():
+            if token.lstrip or token.rstrip or token.single_word or token.normalized:
+                return None
+            if not token.content:
+                return None
+            added[str(token.content)] = int(token_id)
+        if not added:
+            return None
+        return cls(backend, added)
+
+    def encode(self, text: str) -> list[int]:
+        pieces = self._split(text)
+        ids: list[int] = []
+        for index, piece in enumerate(pieces):
+            if index % 2:  # odd places hold the added tokens the split kept
+                ids.append(self._added[piece])
+            elif piece:
+                ids.extend(self._piece_ids(piece))
+        return ids
+
+    def _piece_ids(self, piece: str) -> list[int]:
+        cached = self._cache.get(piece)
+        if cached is not None:
+            return cached
+        ids: list[int] = self._backend.encode(piece, add_special_tokens=False).ids
+        if len(piece) <= self._max_piece_chars:
+            if len(self._cache) >= self._max_entries:
+                del self._cache[next(iter(self._cache))]
+            self._cache[piece] = ids
+        return ids

@@ -1,0 +1,99 @@
+"""Encoding piece by piece, with pieces cached, gives exactly the tokenizer's own ids."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tokenizers import AddedToken, Tokenizer
+
+from rltap.chat.piece_encoder import PieceEncoder
+from rltap.chat.renderer import ChatRenderer
+
+ADDED = ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<tool_call>", "</tool_call>", "<think>"]
+# Near misses of the added tokens, and the characters pre-tokenisation cares about.
+FRAGMENTS = ["<|im_", "_end|>", "<tool", "call>", "|>", "<", "\n", "\r\n", " ", "  ", "'s", "12"]
+
+
+@pytest.fixture(scope="module")
+def backend(qwen_tokenizer: Any) -> Any:
+    return qwen_tokenizer.backend_tokenizer
+
+
+@pytest.fixture(scope="module")
+def encoder(backend: Any) -> PieceEncoder:
+    encoder = PieceEncoder.for_backend(backend)
+    assert encoder is not None
+    return encoder
+
+
+texts = st.lists(
+    st.one_of(
+        st.sampled_from(ADDED),
+        st.sampled_from(FRAGMENTS),
+        st.text(alphabet=st.characters(codec="utf-8"), max_size=12),
+    ),
+    max_size=12,
+).map("".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=texts)
+def test_piece_ids_equal_the_tokenizers_ids(encoder: PieceEncoder, backend: Any, text: str) -> None:
+    expected = backend.encode(text, add_special_tokens=False).ids
+    assert encoder.encode(text) == expected
+    assert encoder.encode(text) == expected  # again, now from the cache
+
+
+def test_a_chat_prompt_encodes_as_a_whole(qwen_tokenizer: Any, encoder: PieceEncoder) -> None:
+    renderer = ChatRenderer(qwen_tokenizer)
+    for number in range(3):
+        messages = [
+            {"role": "system", "content": "You are a helpful assistant."},
+            {"role": "user", "content": f"Question {number}: what is 2 + 2?"},
+        ]
+        text = renderer.render_text(messages)
+        assert encoder.encode(text) == qwen_tokenizer.encode(text, add_special_tokens=False)
+        assert renderer.render(messages).input_ids == encoder.encode(text)
+
+
+def test_the_cache_keeps_at_most_its_limit(backend: Any) -> None:
+    encoder = PieceEncoder.for_backend(backend)
+    assert encoder is not None
+    small = PieceEncoder(backend, dict(encoder._added), max_entries=8, max_piece_chars=16)
+    for number in range(100):
+        small.encode(f"<|im_start|>user\n{number}<|im_end|>")
+    assert len(small._cache) == 8
+    long_piece = "x" * 17
+    small.encode(long_piece)
+    assert long_piece not in small._cache
+
+
+def test_a_tokenizer_whose_added_tokens_strip_whitespace_is_not_cut_here(backend: Any) -> None:
+    stripping = Tokenizer.from_str(backend.to_str())
+    stripping.add_special_tokens([AddedToken("<mask>", lstrip=True)])
+    assert PieceEncoder.for_backend(stripping) is None
+    text = "a <mask> b"
+    assert stripping.encode(text).ids != [
+        *stripping.encode("a ").ids,
+        stripping.token_to_id("<mask>"),
+        *stripping.encode(" b").ids,
+    ]  # why: lstrip swallows the space before the token
+
+
+def test_normalized_added_tokens_are_not_cut_here(backend: Any) -> None:
+    config = json.loads(backend.to_str())
+    config["added_tokens"][0]["normalized"] = True
+    assert PieceEncoder.for_backend(Tokenizer.from_str(json.dumps(config))) is None
+
+
+def test_the_longest_added_token_wins_where_two_start_at_one_place(backend: Any) -> None:
+    overlapping = Tokenizer.from_str(backend.to_str())
+    overlapping.add_special_tokens(["<x>", "<x>y"])
+    encoder = PieceEncoder.for_backend(overlapping)
+    assert encoder is not None
+    for text in ("<x>yz", "a<x>b", "<x><x>y<x>"):
+        assert encoder.encode(text) == overlapping.encode(text, add_special_tokens=False).ids
