@@ -6,6 +6,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rltap.chat.renderer import ChatRenderer, ParentTokens, RenderedPrompt, RenderMode
 from rltap.errors import InvalidRequest
@@ -355,3 +357,16 @@ def test_stream_decoder_never_splits_a_character(renderer: ChatRenderer) -> None
     assert "".join(deltas) == decoder.text == text
     assert not any("\ufffd" in delta for delta in deltas)
     assert "" in deltas  # some character did span several tokens
+
+
+@settings(max_examples=200, deadline=None)
+@given(ids=st.lists(st.integers(min_value=0, max_value=151664), max_size=24), skip=st.booleans())
+def test_decoding_gives_the_transformers_text(
+    renderer: ChatRenderer, qwen_tokenizer: Any, ids: list[int], skip: bool
+) -> None:
+    expected = qwen_tokenizer.decode(ids, skip_special_tokens=skip)
+    assert renderer.decode(ids, skip_special_tokens=skip) == expected
+    decoder = renderer.stream_decoder()
+    assert "".join([*(decoder.push([i]) for i in ids), decoder.flush()]) == (
+        qwen_tokenizer.decode(ids)
+    )

@@ -120,6 +120,11 @@ class ChatRenderer:
         backend = getattr(tokenizer, "backend_tokenizer", None)
         self._backend = backend if callable(getattr(backend, "encode", None)) else None
         self._pieces = PieceEncoder.for_backend(backend) if self._backend is not None else None
+        # The Rust decoder gives transformers' text unless transformers cleans up spaces after it.
+        plain = self._backend is not None and not getattr(
+            tokenizer, "clean_up_tokenization_spaces", False
+        )
+        self._decoder = self._backend if plain else tokenizer
         self._end_of_turn = end_of_turn if end_of_turn is not None else str(tokenizer.eos_token)
         self._end_of_turn_ids = tuple(self._encode(self._end_of_turn))
         if not self._end_of_turn_ids:
@@ -261,7 +266,7 @@ class ChatRenderer:
 
     def decode(self, token_ids: Sequence[int], *, skip_special_tokens: bool = False) -> str:
         """Ids to text. Qwen's tool and think tags are not "special": they survive skipping."""
-        return str(self._tokenizer.decode(list(token_ids), skip_special_tokens=skip_special_tokens))
+        return str(self._decoder.decode(list(token_ids), skip_special_tokens=skip_special_tokens))
 
     def output_text(self, output_ids: Sequence[int]) -> str:
         """The text of a generated reply: trailing stop token dropped, every other tag kept."""
@@ -269,7 +274,7 @@ class ChatRenderer:
 
     def stream_decoder(self) -> StreamDecoder:
         """A decoder for ids that arrive a few at a time (see `StreamDecoder`)."""
-        return StreamDecoder(self._tokenizer)
+        return StreamDecoder(self._decoder)
 
     def _encode(self, text: str) -> list[int]:
         if self._pieces is not None:  # the Rust tokenizer, with repeated pieces cached
@@ -364,7 +369,7 @@ class StreamDecoder:
     """
 
     def __init__(self, tokenizer: Any, *, skip_special_tokens: bool = False) -> None:
-        self._tokenizer = tokenizer
+        self._tokenizer = tokenizer  # anything with decode(ids, skip_special_tokens=...)
         self._skip = skip_special_tokens
         self._ids: list[int] = []
         self._start = 0  # first id not yet turned into emitted text
