@@ -124,7 +124,7 @@ class ChatRenderer:
         plain = self._backend is not None and not getattr(
             tokenizer, "clean_up_tokenization_spaces", False
         )
-        self._decoder = self._backend if plain else tokenizer
+        self._decoder: Any = self._backend if plain else tokenizer
         self._end_of_turn = end_of_turn if end_of_turn is not None else str(tokenizer.eos_token)
         self._end_of_turn_ids = tuple(self._encode(self._end_of_turn))
         if not self._end_of_turn_ids:
