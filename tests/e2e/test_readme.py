@@ -1,0 +1,424 @@
+"""Every code block of README.md, run as written, in the order the README shows them.
+
+- `sh` blocks are split into commands. Each `rltap serve` line starts for real on a free port
+  (vLLM's and SGLang's against the fakes the engine tests use) until `/health` answers and one
+  chat completion goes through; `rltap rollout` and `rltap models` lines run to the end and
+  their files are checked. `make demo` and `make test` are what `make demo` and CI run.
+- `python` blocks run in this interpreter (top-level `await` allowed). One whose first line is
+  `# <name>.py` is that file: it is written where the commands run. One importing a framework
+  adapter runs in that framework's venv: `integrations/<fw>/tests/test_readme_quickstart.py`.
+- `text` blocks are `make demo`'s table: its columns and frameworks must be the demo's.
+
+The only edits are PLACEHOLDERS (a model folder, the engine servers' addresses), the port of each
+`rltap serve` (a free one; the README's proxy at 127.0.0.1:8000 is the first one started) and
+`rows.jsonl`, which the test writes. A block or command no rule covers fails the test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import json
+import os
+import re
+import shlex
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+
+import httpx
+import pytest
+
+from rltap.testing.readme import README_PROXY, CodeBlock, code_blocks, run_python
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+README = REPO_ROOT / "README.md"
+BLOCKS = code_blocks(README)
+
+MODEL = "/models/Qwen2.5-0.5B-Instruct"  # the tiny test model stands in for it
+PROXY = README_PROXY  # the first `rltap serve` the README shows
+VLLM = "http://127.0.0.1:8001"  # bench/fake_vllm.py
+SGLANG = "http://127.0.0.1:30000"  # tests/engines/fake_sglang.py
+ROWS = [{"question": "What is 2+2?", "answer": "4"}, {"question": "What is 3+4?", "answer": "7"}]
+ADMIN_KEY = "readme-admin-key-0123456789"
+COMMAND_SECONDS = 600
+COVERED_ELSEWHERE = {
+    ("make", "demo"): "make demo runs itself; tests/e2e/test_demo.py runs `rltap demo --tiny`",
+    ("make", "test"): "CI runs it (and with it this file)",
+}
+FRAMEWORK_MODULES = {
+    "rltap_openai_agents": "openai_agents",
+    "rltap_camel": "camel",
+    "rltap_langchain": "langchain",
+}
+RUN_HERE = ("serve", "rollout", "models")
+_FILE_BLOCK = re.compile(r"# (?P<name>[\w.-]+\.py)")
+
+
+class NoRunner(AssertionError):
+    """A README block or command that no rule here knows how to run."""
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One thing to run: a whole block, or one command of a shell block."""
+
+    block: CodeBlock
+    kind: str  # python | file | framework | output | make | serve | rollout | models
+    argv: tuple[str, ...] = ()
+    target: str = ""  # the file a `file` block is; the framework of a `framework` block
+
+    @property
+    def label(self) -> str:
+        return f"README.md:{self.block.line} {shlex.join(self.argv) if self.argv else self.kind}"
+
+
+def _commands(text: str) -> Iterator[list[str]]:
+    """The shell commands of a block: continuation lines joined, comments dropped."""
+    for line in text.replace("\\\n", " ").splitlines():
+        argv = shlex.split(line, comments=True)
+        if argv:
+            yield argv
+
+
+def _python_step(block: CodeBlock) -> Step:
+    first = block.text.splitlines()[0] if block.text.strip() else ""
+    named = _FILE_BLOCK.fullmatch(first)
+    if named is not None:
+        return Step(block, "file", target=named.group("name"))
+    imported = [
+        framework
+        for module, framework in FRAMEWORK_MODULES.items()
+        if re.search(rf"^(from {module} import|import {module}\b)", block.text, re.MULTILINE)
+    ]
+    if len(imported) > 1:
+        msg = f"README.md:{block.line}: one framework per block, found {imported}"
+        raise NoRunner(msg)
+    if imported:
+        return Step(block, "framework", target=imported[0])
+    return Step(block, "python")
+
+
+def _shell_step(block: CodeBlock, argv: list[str]) -> Step:
+    if tuple(argv) in COVERED_ELSEWHERE:
+        return Step(block, "make", tuple(argv))
+    if argv[0] == "rltap" and len(argv) > 1 and argv[1] in RUN_HERE:
+        return Step(block, argv[1], tuple(argv))
+    msg = f"README.md:{block.line}: no rule runs `{shlex.join(argv)}`; add one to {__name__}"
+    raise NoRunner(msg)
+
+
+def plan(block: CodeBlock) -> list[Step]:
+    """What running `block` means; raises NoRunner for a block no rule covers."""
+    if block.language == "python":
+        return [_python_step(block)]
+    if block.language == "sh":
+        return [_shell_step(block, argv) for argv in _commands(block.text)]
+    if block.language == "text":
+        return [Step(block, "output")]
+    msg = f"README.md:{block.line}: no rule runs a {block.language or 'plain'!r} block"
+    raise NoRunner(msg)
+
+
+@pytest.mark.parametrize("block", [pytest.param(b, id=b.label) for b in BLOCKS])
+def test_every_block_has_a_runner(block: CodeBlock) -> None:
+    steps = plan(block)
+    assert steps, f"README.md:{block.line}: an empty block"
+
+
+@pytest.mark.parametrize(
+    ("language", "text"),
+    [
+        pytest.param("sh", "pip install rltap\n", id="other-command"),
+        pytest.param("sh", "rltap demo --tiny\n", id="rltap-demo"),
+        pytest.param("sh", "make soak\n", id="other-make-target"),
+        pytest.param("bash", "rltap models tiny runs/x\n", id="other-language"),
+        pytest.param("", "anything\n", id="no-language"),
+    ],
+)
+def test_a_block_no_rule_covers_fails(language: str, text: str) -> None:
+    with pytest.raises(NoRunner):
+        plan(CodeBlock(language, text, line=1, heading=""))
+
+
+def test_the_readme_shows_each_kind_of_block() -> None:
+    kinds = {step.kind for block in BLOCKS for step in plan(block)}
+    assert kinds >= {"python", "file", "framework", "output", "make", "serve", "rollout"}
+    frameworks = {
+        step.target for block in BLOCKS for step in plan(block) if step.kind == "framework"
+    }
+    assert frameworks == set(FRAMEWORK_MODULES.values())
+
+
+# -- flags -----------------------------------------------------------------------------------
+
+
+def _help(command: str) -> str:
+    result = subprocess.run(
+        [sys.executable, "-m", "rltap.cli", command, "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    return result.stdout
+
+
+def _table_flags(section: str, column: int = 1) -> list[str]:
+    """The flags in `column` (1: the first) of the table under the heading `section`."""
+    text = README.read_text(encoding="utf-8")
+    start = text.index(f"\n{section}\n")
+    body = text[start + len(section) + 2 :]
+    end = re.search(r"^#", body, re.MULTILINE)
+    rows = [ln for ln in body[: end.start() if end else None].splitlines() if ln.startswith("|")]
+    cells = [row.split("|")[column] for row in rows[2:]]
+    flags = [flag for cell in cells for flag in re.findall(r"--[a-z][a-z-]*", cell)]
+    assert flags, f"no flags under {section}"
+    return flags
+
+
+@pytest.mark.parametrize(
+    ("section", "column", "commands"),
+    [
+        pytest.param("### `rltap serve`", 1, ["serve"], id="serve"),
+        pytest.param("### `rltap rollout AGENT`", 1, ["rollout"], id="rollout"),
+        pytest.param("### `rltap demo`", 1, ["demo"], id="demo"),
+        pytest.param("## Engines", 2, ["serve", "rollout", "demo"], id="engines"),
+    ],
+)
+def test_flag_tables_name_real_flags(section: str, column: int, commands: list[str]) -> None:
+    flags = _table_flags(section, column)
+    for command in commands:
+        listed = set(re.findall(r"--[a-z][a-z-]*", _help(command)))
+        assert not set(flags) - listed, f"rltap {command} --help lacks {set(flags) - listed}"
+
+
+def test_serve_flags_from_engine_down_also_apply_to_rollout_and_demo() -> None:
+    flags = _table_flags("### `rltap serve`")
+    shared = flags[flags.index("--engine") :]
+    for command in ("rollout", "demo"):
+        listed = set(re.findall(r"--[a-z][a-z-]*", _help(command)))
+        assert not set(shared) - listed, f"rltap {command} --help lacks {set(shared) - listed}"
+
+
+# -- running the blocks ----------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _load(path: Path) -> ModuleType:
+    """A helper module of this repository (a fake server) by its path."""
+    spec = importlib.util.spec_from_file_location(f"readme_{path.stem}", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+@contextlib.asynccontextmanager
+async def _fake_vllm() -> AsyncIterator[str]:
+    from aiohttp import web
+
+    runner = web.AppRunner(_load(REPO_ROOT / "bench" / "fake_vllm.py").make_app())
+    await runner.setup()
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    await web.SockSite(runner, sock).start()
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        await runner.cleanup()
+
+
+@contextlib.asynccontextmanager
+async def _fake_sglang() -> AsyncIterator[str]:
+    server = _load(REPO_ROOT / "tests" / "engines" / "fake_sglang.py").FakeSGLang()
+    try:
+        yield await server.start()
+    finally:
+        await server.stop()
+
+
+@dataclass
+class Walk:
+    """What the blocks share as the README goes on: the folder, the servers, the environment."""
+
+    cwd: Path
+    model_dir: Path
+    stack: contextlib.AsyncExitStack
+    env: dict[str, str]
+    proxy_url: str | None = None
+    ran: list[str] = field(default_factory=list)
+
+    def rltap(self, step: Step, mapping: dict[str, str]) -> list[str]:
+        """The command with `rltap` as this interpreter's module and the placeholders mapped."""
+        argv = list(step.argv)
+        for index, arg in enumerate(argv):
+            if index > 0 and argv[index - 1] == "--port":
+                argv[index] = str(_free_port())
+            elif arg in mapping:
+                argv[index] = mapping[arg]
+            elif arg.startswith("/models/") or arg.startswith("http://"):
+                msg = f"{step.label}: {arg} has no stand-in; add it to the mapping"
+                raise NoRunner(msg)
+        return [sys.executable, "-m", "rltap.cli", *argv[1:]]
+
+    async def run(self, argv: list[str], label: str) -> str:
+        log = self.cwd / f"command-{len(self.ran)}.log"
+        with log.open("wb") as out:
+            process = await asyncio.create_subprocess_exec(
+                *argv, cwd=self.cwd, env=self.env, stdout=out, stderr=asyncio.subprocess.STDOUT
+            )
+            try:
+                returncode = await asyncio.wait_for(process.wait(), COMMAND_SECONDS)
+            finally:
+                if process.returncode is None:
+                    process.kill()
+                    await process.wait()
+        text = log.read_text(errors="replace")
+        assert returncode == 0, f"{label} exited {returncode}:\n{text[-4000:]}"
+        return text
+
+
+async def _serve(walk: Walk, step: Step) -> None:
+    engine = step.argv[step.argv.index("--engine") + 1] if "--engine" in step.argv else ""
+    mapping = {MODEL: str(walk.model_dir)}
+    if engine == "vllm":
+        mapping[VLLM] = await walk.stack.enter_async_context(_fake_vllm())
+    elif engine == "sglang":
+        mapping[SGLANG] = await walk.stack.enter_async_context(_fake_sglang())
+    argv = walk.rltap(step, mapping)
+    port = argv[argv.index("--port") + 1]
+    url = f"http://127.0.0.1:{port}"
+    log = (walk.cwd / f"serve-{port}.log").open("wb")
+    walk.stack.callback(log.close)
+    process = await asyncio.create_subprocess_exec(
+        *argv, cwd=walk.cwd, env=walk.env, stdout=log, stderr=asyncio.subprocess.STDOUT
+    )
+
+    async def stop() -> None:
+        if process.returncode is None:
+            process.terminate()
+            await asyncio.wait_for(process.wait(), 30)
+
+    walk.stack.push_async_callback(stop)
+    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+        for _ in range(600):
+            assert process.returncode is None, f"{step.label} stopped:\n{_tail(walk, port)}"
+            with contextlib.suppress(httpx.TransportError):
+                if (await http.get("/health")).status_code == 200:
+                    break
+            await asyncio.sleep(0.2)
+        else:
+            raise AssertionError(f"{step.label}: /health never answered:\n{_tail(walk, port)}")
+        admin = {"authorization": f"Bearer {ADMIN_KEY}"}
+        session = (await http.post("/rl/start_session", json={}, headers=admin)).json()
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+        key = {"authorization": f"Bearer {session['api_key']}"}
+        reply = await http.post("/v1/chat/completions", json=body, headers=key)
+        assert reply.status_code == 200, f"{step.label}: {reply.text}"
+        assert reply.json()["choices"][0]["finish_reason"] in ("stop", "length")
+    if walk.proxy_url is None:
+        walk.proxy_url = url
+
+
+def _tail(walk: Walk, port: str) -> str:
+    return (walk.cwd / f"serve-{port}.log").read_text(errors="replace")[-4000:]
+
+
+async def _rollout(walk: Walk, step: Step) -> None:
+    mapping = {MODEL: str(walk.model_dir)}
+    if walk.proxy_url is not None:
+        mapping[PROXY] = walk.proxy_url
+    argv = walk.rltap(step, mapping)
+    await walk.run(argv, step.label)
+    out = walk.cwd / step.argv[step.argv.index("--out") + 1]
+    summary = json.loads((out / "summary.json").read_text())
+    sizes = [int(step.argv[i + 1]) for i, arg in enumerate(step.argv) if arg == "--group-size"]
+    group = sizes[0] if sizes else 1
+    assert summary["episodes_ok"] == len(ROWS) * group, (step.label, summary)
+    assert summary["episodes_failed"] == 0, (step.label, summary)
+    assert (out / "batch.safetensors").is_file()
+
+
+async def _python(walk: Walk, step: Step) -> None:
+    source = step.block.text
+    mapping = {MODEL: str(walk.model_dir)}
+    if walk.proxy_url is not None:
+        mapping[PROXY] = walk.proxy_url
+    for placeholder, value in mapping.items():
+        source = source.replace(placeholder, value)
+    if PROXY in source:
+        raise NoRunner(f"{step.label}: uses the proxy before any `rltap serve` block")
+    await run_python(source, name=f"readme_block_{step.block.line}")
+
+
+def _output(step: Step) -> None:
+    from rltap.demo import EXAMPLES, demo_table
+
+    headers = [str(column.header) for column in demo_table([]).columns]
+    lines = step.block.text.splitlines()
+    header_line = next(line for line in lines if "framework" in line)
+    cells = [cell.strip() for cell in re.split(r"[┃│|]", header_line) if cell.strip()]
+    assert cells == headers, f"{step.label}: the demo table's columns are {headers}"
+    rows = [line for line in lines if line.startswith("│")]
+    assert [re.split(r"\s*│\s*", row)[1] for row in rows] == [e.framework for e in EXAMPLES]
+
+
+async def _run_step(walk: Walk, step: Step) -> None:
+    if step.kind == "make":
+        target = step.argv[1]
+        makefile = (REPO_ROOT / "Makefile").read_text()
+        assert re.search(rf"^{target}:", makefile, re.MULTILINE), f"no `{target}` target"
+    elif step.kind == "framework":
+        test = REPO_ROOT / "integrations" / step.target / "tests" / "test_readme_quickstart.py"
+        assert test.is_file(), f"{step.label}: {test} runs this block; it is missing"
+        module = next(m for m, fw in FRAMEWORK_MODULES.items() if fw == step.target)
+        assert f'run_quickstart(README, "{module}"' in test.read_text(), f"{test} runs no block"
+    elif step.kind == "file":
+        (walk.cwd / step.target).write_text(step.block.text, encoding="utf-8")
+        compile(step.block.text, step.target, "exec")
+    elif step.kind == "output":
+        _output(step)
+    elif step.kind == "serve":
+        await _serve(walk, step)
+    elif step.kind == "rollout":
+        await _rollout(walk, step)
+    elif step.kind == "models":
+        await walk.run(walk.rltap(step, {}), step.label)
+        assert (walk.cwd / step.argv[3] / "tokenizer.json").is_file()
+    elif step.kind == "python":
+        await _python(walk, step)
+    else:
+        raise NoRunner(f"{step.label}: unknown step kind {step.kind}")
+    walk.ran.append(step.label)
+
+
+@pytest.mark.slow
+async def test_readme_blocks_run_as_written(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in list(os.environ):
+        if name == "OPENAI_API_KEY" or name.startswith("LANGSMITH_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("RLTAP_ADMIN_KEY", ADMIN_KEY)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(row) + "\n" for row in ROWS))
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    steps = [step for block in BLOCKS for step in plan(block)]
+    async with contextlib.AsyncExitStack() as stack:
+        walk = Walk(tmp_path, tiny_model_dir, stack, env)
+        for step in steps:
+            await _run_step(walk, step)
+    assert walk.ran == [step.label for step in steps]
