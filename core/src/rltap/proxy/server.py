@@ -23,11 +23,19 @@ from rltap.proxy.app import ProxyConfig, create_app
 from rltap.proxy.state import ProxyLimits
 from rltap.session import SessionConfig
 
-__all__ = ["ProxyServer", "check_admin_key", "run_serve", "serve_config"]
+__all__ = ["UVICORN_OPTIONS", "ProxyServer", "check_admin_key", "run_serve", "serve_config"]
 
 # Keys anyone would guess; refused when the proxy listens beyond loopback.
 _WEAK_KEYS = frozenset({"admin", "test", "secret", "password", "changeme", "rltap", "areal", "key"})
 _MIN_PUBLIC_KEY_LEN = 16
+# How uvicorn runs the proxy, in `rltap serve` and in tests alike. rltap does not trust
+# X-Forwarded-* headers (nothing it does depends on the client's address), so uvicorn's
+# proxy-headers middleware, on by default, would be one more layer on every request for nothing.
+UVICORN_OPTIONS: dict[str, Any] = {
+    "log_level": "warning",
+    "access_log": False,
+    "proxy_headers": False,
+}
 
 
 def _is_loopback(host: str) -> bool:
@@ -60,7 +68,7 @@ class ProxyServer:
     """
 
     def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> None:
-        config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+        config = uvicorn.Config(app, host=host, port=port, lifespan="on", **UVICORN_OPTIONS)
         self._server = uvicorn.Server(config)
         self._task: asyncio.Task[None] | None = None
         self.host = host
@@ -165,6 +173,5 @@ def run_serve(args: argparse.Namespace) -> int:
     if generated:
         print(f"rltap admin key (generated): {admin_key}", flush=True)
     print(f"rltap proxy on http://{args.host}:{args.port} (engine {args.engine})", flush=True)
-    options: dict[str, Any] = {"log_level": "warning", "access_log": False}
-    uvicorn.run(app, host=args.host, port=args.port, **options)
+    uvicorn.run(app, host=args.host, port=args.port, **UVICORN_OPTIONS)
     return 0
