@@ -1,37 +1,40 @@
-"""The proxy's HTTP surface: thin FastAPI routes over the session store and the protocol modules.
+"""The proxy's HTTP surface: the generation endpoint in front of thin FastAPI routes.
 
-Routes parse bodies themselves (orjson) and answer with `Response`/`StreamingResponse`: the wire
-models live in `rltap.protocols`, the work in `rltap.session`, and `rltap.exchange` joins them
-(the direct client uses the same exchange in process). Every `RltapError` becomes the API's
-own error body (Anthropic's on /v1/messages, OpenAI's elsewhere) with its status code, in
-`rltap.proxy.errors`.
+The generation routes (/v1/chat/completions, /v1/responses, /v1/messages and their aliases) are
+served by `rltap.proxy.generation` straight from ASGI, before FastAPI's middleware: they carry
+almost every call. The RL control routes, health, models and metrics are FastAPI routes
+(`rltap.proxy.rl_routes`). Both parse bodies themselves (orjson); the wire models live in
+`rltap.protocols`, the work in `rltap.session`, and `rltap.exchange` joins them (the direct client
+uses the same exchange in process). Every `RltapError` becomes the API's own error body
+(Anthropic's on /v1/messages, OpenAI's elsewhere) with its status code, in `rltap.proxy.errors`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Any
 
-import orjson
-from fastapi import FastAPI, Request, Response
-from fastapi.responses import StreamingResponse
+from fastapi import FastAPI
+from starlette.types import Receive, Scope, Send
 
-from rltap import exchange
 from rltap.chat.renderer import ChatRenderer
 from rltap.engines.base import InferenceEngine
-from rltap.protocols.base import Api, Generation
 from rltap.proxy import rl_routes
 from rltap.proxy.errors import install_error_handlers
+from rltap.proxy.generation import (
+    GENERATION_ROUTES,
+    GenerationEndpoint,
+    document_generation_routes,
+)
 from rltap.proxy.metrics import ProxyMetrics
 from rltap.proxy.middleware import BodyLimitMiddleware, MetricsMiddleware
-from rltap.proxy.requests import read_json, request_key
 from rltap.proxy.state import ProxyLimits, SessionStore
 from rltap.session import Session, SessionConfig
 
-__all__ = ["ProxyConfig", "ProxyState", "create_app"]
+__all__ = ["ProxyApp", "ProxyConfig", "ProxyState", "create_app"]
 
 
 @dataclass(slots=True, kw_only=True)
@@ -62,7 +65,31 @@ class ProxyState:
     metrics: ProxyMetrics
 
 
-def create_app(engine: InferenceEngine, renderer: ChatRenderer, config: ProxyConfig) -> FastAPI:
+class ProxyApp(FastAPI):
+    """The FastAPI app, with the generation routes answered before its middleware stack.
+
+    Its OpenAPI document lists the generation routes too, with their request-body schemas.
+    """
+
+    def __init__(self, generation: GenerationEndpoint, **fastapi_options: Any) -> None:
+        super().__init__(**fastapi_options)
+        self.generation = generation
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] in GENERATION_ROUTES:
+            await self.generation(scope, receive, send)
+            return
+        await super().__call__(scope, receive, send)
+
+    def openapi(self) -> dict[str, Any]:
+        if self.openapi_schema is not None:
+            return self.openapi_schema
+        document = super().openapi()  # FastAPI keeps it as self.openapi_schema
+        document_generation_routes(document)
+        return document
+
+
+def create_app(engine: InferenceEngine, renderer: ChatRenderer, config: ProxyConfig) -> ProxyApp:
     """The proxy as an ASGI app; the engine starts and stops with it."""
 
     def new_session(session_id: str) -> Session:
@@ -88,58 +115,12 @@ def create_app(engine: InferenceEngine, renderer: ChatRenderer, config: ProxyCon
                 await reaper
             await engine.close()
 
-    app = FastAPI(title="rltap proxy", version="0.1.0", lifespan=lifespan)
+    app = ProxyApp(
+        GenerationEndpoint(state), title="rltap proxy", version="0.1.0", lifespan=lifespan
+    )
     app.state.rltap = state
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=config.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=state.metrics)
     install_error_handlers(app)
-    _add_generation_routes(app, state)
     rl_routes.add_routes(app, state)
     return app
-
-
-def _add_generation_routes(app: FastAPI, state: ProxyState) -> None:
-    routes: tuple[tuple[Api, tuple[str, ...]], ...] = (
-        ("chat", ("/v1/chat/completions", "/chat/completions")),
-        ("responses", ("/v1/responses", "/responses")),
-        ("messages", ("/v1/messages",)),
-    )
-    for api, paths in routes:
-        handler = _generation_handler(state, api)
-        for path in paths:
-            app.add_api_route(path, handler, methods=["POST"], name=f"{api}:{path}")
-
-
-def _generation_handler(state: ProxyState, api: Api) -> Callable[[Request], Awaitable[Response]]:
-    async def handle(request: Request) -> Response:
-        started = time.perf_counter()
-        record = state.store.session_for_key(request_key(request))
-        canonical = exchange.parse(api, await read_json(request))
-        record.call_started()
-
-        def done(generations: list[Generation]) -> None:
-            record.call_finished()
-            state.store.touch(record)
-            if generations:
-                _observe(state, api, started, generations)
-
-        result = await exchange.reply(record.session, canonical, done)
-        if isinstance(result, exchange.JsonReply):
-            return Response(orjson.dumps(result.body), media_type="application/json")
-        return StreamingResponse(
-            result.chunks,
-            media_type="text/event-stream",
-            headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
-        )
-
-    return handle
-
-
-def _observe(state: ProxyState, api: str, started: float, generations: list[Generation]) -> None:
-    state.metrics.observe_generation(
-        api,
-        time.perf_counter() - started,
-        max((g.response.latency for g in generations), default=0.0),
-        sum(g.prompt_tokens for g in generations),
-        sum(g.completion_tokens for g in generations),
-    )

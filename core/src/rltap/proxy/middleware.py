@@ -1,4 +1,8 @@
-"""Pure ASGI middleware: the request body limit, and per-route request metrics."""
+"""Pure ASGI middleware of the FastAPI routes: the request body limit and per-route metrics.
+
+The generation routes do not pass through here: `rltap.proxy.generation` serves them, with the
+same limit and the same metrics.
+"""
 
 from __future__ import annotations
 
@@ -6,19 +10,14 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from rltap.errors import PayloadTooLarge
 from rltap.proxy.errors import error_response
 from rltap.proxy.metrics import ProxyMetrics
+from rltap.proxy.requests import body_over_limit, declared_over_limit
 
 __all__ = ["KNOWN_ROUTES", "BodyLimitMiddleware", "MetricsMiddleware"]
 
 KNOWN_ROUTES = frozenset(
     {
-        "/v1/chat/completions",
-        "/chat/completions",
-        "/v1/responses",
-        "/responses",
-        "/v1/messages",
         "/grant_capacity",
         "/rl/start_session",
         "/rl/set_reward",
@@ -44,11 +43,10 @@ class BodyLimitMiddleware:
             await self.app(scope, receive, send)
             return
         limit = self.max_body_bytes
-        for name, value in scope["headers"]:
-            if name == b"content-length" and value.isdigit() and int(value) > limit:
-                response = error_response(scope["path"], self._too_large())
-                await response(scope, receive, send)
-                return
+        if declared_over_limit(scope["headers"], limit):
+            response = error_response(scope["path"], body_over_limit(limit))
+            await response(scope, receive, send)
+            return
         received = 0
 
         async def limited_receive() -> Message:
@@ -57,13 +55,10 @@ class BodyLimitMiddleware:
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:
-                    raise self._too_large()
+                    raise body_over_limit(limit)
             return message
 
         await self.app(scope, limited_receive, send)
-
-    def _too_large(self) -> PayloadTooLarge:
-        return PayloadTooLarge(f"request body is over the limit of {self.max_body_bytes} bytes")
 
 
 class MetricsMiddleware:
