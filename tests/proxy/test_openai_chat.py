@@ -265,6 +265,22 @@ TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "ob
             {"role": "tool", "tool_call_id": "c", "content": [{"type": "text", "text": "s"}]},
             id="tool-result-parts",
         ),
+        # Plain messages skip validation; these take the validated path and must agree.
+        pytest.param(
+            {"role": "user", "content": "x", "audio": None, "x-trace": "t"},
+            {"role": "user", "content": "x"},
+            id="unknown-keys-dropped",
+        ),
+        pytest.param(
+            {"role": "assistant", "content": "x", "tool_calls": None},
+            {"role": "assistant", "content": "x"},
+            id="assistant-null-tool-calls-dropped",
+        ),
+        pytest.param(
+            {"role": "system", "content": "x", "name": None},
+            {"role": "system", "content": "x"},
+            id="null-name-dropped",
+        ),
     ],
 )
 def test_message_forms(message: dict[str, Any], expected: dict[str, Any]) -> None:
@@ -350,6 +366,15 @@ def test_body_is_not_mutated() -> None:
     before = json.loads(json.dumps(body))
     proto.parse_request(body)
     assert body == before
+
+
+def test_a_long_history_of_plain_messages_is_checked_message_by_message() -> None:
+    history = [USER, {"role": "assistant", "content": "a"}] * 50
+    bad = [*history, {"role": "user", "content": 5}]
+    with pytest.raises(InvalidRequest) as info:
+        proto.parse_request({"messages": bad})
+    assert info.value.param == "messages[100].content"
+    assert proto.parse_request({"messages": history}).messages == history
 
 
 def test_missing_model_defaults_to_empty() -> None:

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
 from jinja2 import TemplateError
 
 from rltap.chat.piece_encoder import PieceEncoder
@@ -120,6 +121,7 @@ class ChatRenderer:
         backend = getattr(tokenizer, "backend_tokenizer", None)
         self._backend = backend if callable(getattr(backend, "encode", None)) else None
         self._pieces = PieceEncoder.for_backend(backend) if self._backend is not None else None
+        self._head_turns_by_shape: dict[tuple[Any, ...], int] = {}
         # The Rust decoder gives transformers' text unless transformers cleans up spaces after it.
         plain = self._backend is not None and not getattr(
             tokenizer, "clean_up_tokenization_spaces", False
@@ -298,21 +300,71 @@ class ChatRenderer:
             )
             raise InvalidRequest(msg, param="messages")
         messages, covered = _render_window(messages, covered)
-        head = self.render_text(
-            messages[:covered],
-            tools=tools,
-            add_generation_prompt=False,
-            template_kwargs=template_kwargs,
-        )
         full = self.render_text(
             messages,
             tools=tools,
             add_generation_prompt=add_generation_prompt,
             template_kwargs=template_kwargs,
         )
-        turns = head.count(self._end_of_turn)
+        turns = self._head_turns(messages[:covered], tools, template_kwargs)
         cut = _end_of_nth(full, self._end_of_turn, turns)
         return None if cut is None else full[cut:]
+
+    def _head_turns(
+        self,
+        head: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None,
+        template_kwargs: Mapping[str, Any] | None,
+    ) -> int:
+        """How many end-of-turn markers the rendering of `head` alone contains.
+
+        The count depends on the head's shape (roles, tool calls, reasoning, kind of content),
+        not on its text, unless the text itself contains the marker: it is remembered per shape,
+        which saves one of the two template renderings of a concat call.
+        """
+        shape = _head_shape(head, tools, template_kwargs, self._end_of_turn)
+        turns = self._head_turns_by_shape.get(shape) if shape is not None else None
+        if turns is None:
+            text = self.render_text(
+                head, tools=tools, add_generation_prompt=False, template_kwargs=template_kwargs
+            )
+            turns = text.count(self._end_of_turn)
+            if shape is not None and len(self._head_turns_by_shape) < _MAX_SHAPES:
+                self._head_turns_by_shape[shape] = turns
+        return turns
+
+
+_MAX_SHAPES = 4096
+_REASONING_KEYS = ("reasoning_content", "thinking", "reasoning")
+
+
+def _head_shape(
+    head: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]] | None,
+    template_kwargs: Mapping[str, Any] | None,
+    marker: str,
+) -> tuple[Any, ...] | None:
+    """What the number of end-of-turn markers in the rendering of `head` can depend on; None
+    when the messages, tools or template arguments contain the marker's text (or are not JSON)."""
+    try:
+        text = orjson.dumps([list(head), tools, template_kwargs], option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        return None
+    if marker.encode() in text:
+        return None
+    roles = tuple(
+        (
+            message.get("role"),
+            bool(message.get("tool_calls")),
+            any(message.get(key) is not None for key in _REASONING_KEYS),
+            type(message.get("content")).__name__,
+            bool(message.get("content")),
+            bool(message.get("name")),
+        )
+        for message in head
+    )
+    kwargs = orjson.dumps(template_kwargs, option=orjson.OPT_SORT_KEYS) if template_kwargs else b""
+    return roles, bool(tools), kwargs
 
 
 def _compiled_template(tokenizer: Any, chat_template: str | None) -> CompiledChatTemplate | None:

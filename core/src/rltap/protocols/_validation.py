@@ -42,8 +42,13 @@ def format_param(path: Sequence[int | str]) -> str | None:
     return text or None
 
 
-def validation_error_to_invalid_request(exc: ValidationError) -> InvalidRequest:
+def validation_error_to_invalid_request(
+    exc: ValidationError, prefix: tuple[int | str, ...] = ()
+) -> InvalidRequest:
     """The `InvalidRequest` (400) for a request body that failed pydantic validation.
+
+    `prefix` is where the validated value sits in the body, when a part was validated alone
+    (`("messages", 3)` for one message).
 
     Usage:
         try:
@@ -54,11 +59,11 @@ def validation_error_to_invalid_request(exc: ValidationError) -> InvalidRequest:
     errors = exc.errors(include_url=False, include_input=False)
     if not errors:
         return InvalidRequest("invalid request body")
-    head = _param_path(errors[0]["loc"])
+    head = prefix + _param_path(errors[0]["loc"])
     best = errors[0]
     best_path = head
     for error in errors[1:]:
-        path = _param_path(error["loc"])
+        path = prefix + _param_path(error["loc"])
         if path[: len(head)] == head and len(path) > len(best_path):
             best, best_path = error, path
     param = format_param(best_path)

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Annotated, Any, Literal, NotRequired, cast
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, with_config
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, with_config
 from typing_extensions import TypedDict
 
 from rltap.errors import InvalidRequest
@@ -143,6 +143,18 @@ class ChatCompletionRequest(BaseModel):
     metadata: dict[str, Any] | None = None
 
 
+class _ChatCompletionBody(ChatCompletionRequest):
+    """What `parse_request` validates: messages are checked one by one in `to_canonical`, where
+    a plain message (a role and a string, most of a long history) costs a type check instead
+    of a validated copy. `ChatCompletionRequest` stays the documented schema."""
+
+    messages: list[Any] = Field(min_length=1)
+
+
+_MESSAGE = TypeAdapter(ChatMessage)
+_PLAIN_ROLES = frozenset({"system", "user", "assistant"})
+
+
 def parse_request(body: Mapping[str, Any]) -> CanonicalRequest:
     """Validate a Chat Completions body and convert it to a `CanonicalRequest`.
 
@@ -152,7 +164,7 @@ def parse_request(body: Mapping[str, Any]) -> CanonicalRequest:
         msg = "The request body must be a JSON object."
         raise InvalidRequest(msg)
     try:
-        wire = ChatCompletionRequest.model_validate(body)
+        wire = _ChatCompletionBody.model_validate(body)
     except ValidationError as exc:
         raise validation_error_to_invalid_request(exc) from exc
     return to_canonical(wire)
@@ -178,11 +190,20 @@ def to_canonical(wire: ChatCompletionRequest) -> CanonicalRequest:
         raise _invalid(("top_logprobs",), "it requires 'logprobs' to be true.")
     max_tokens = wire.max_completion_tokens or wire.max_tokens
     include_usage = bool(wire.stream and wire.stream_options and wire.stream_options.include_usage)
-    messages = cast(list[dict[str, Any]], wire.messages)
+    messages: list[dict[str, Any]] = [
+        # Inlined plain-message check: a long history is mostly plain messages.
+        m
+        if type(m) is dict
+        and len(m) == 2
+        and type(m.get("content")) is str
+        and m.get("role") in _PLAIN_ROLES
+        else _checked_message(m, i)
+        for i, m in enumerate(cast(list[Any], wire.messages))
+    ]
     return CanonicalRequest(
         api="chat",
         model=wire.model or "",
-        messages=[_message(m, i) for i, m in enumerate(messages)],
+        messages=messages,
         tools=tools,
         tool_choice=_tool_choice(wire.tool_choice, tools),
         parallel_tool_calls=wire.parallel_tool_calls is not False,
@@ -231,7 +252,16 @@ def _tool_choice(
 
 _DROPPED_IF_NONE = ("name", "tool_calls", "tool_call_id", "reasoning_content")
 # Keys of a message that is canonical as validated when its content is a string.
-_PLAIN_SIZE = {"user": 2, "system": 2, "tool": 3}
+_PLAIN_SIZE = {"user": 2, "system": 2, "assistant": 2, "tool": 3}
+
+
+def _checked_message(message: Any, index: int) -> dict[str, Any]:
+    """A message validated as `ChatMessage` (unknown keys dropped), then made canonical."""
+    try:
+        validated = _MESSAGE.validate_python(message)
+    except ValidationError as exc:
+        raise validation_error_to_invalid_request(exc, ("messages", index)) from exc
+    return _message(cast(dict[str, Any], validated), index)
 
 
 def _message(message: dict[str, Any], index: int) -> dict[str, Any]:
