@@ -184,6 +184,19 @@ def test_concat_equals_full_rendering(
     assert (rendered.reused_len, rendered.closing_len) == (len(prompt) + len(output), 0)
 
 
+def test_a_reply_containing_the_end_of_turn_text_is_not_cut_by_a_remembered_count(
+    qwen_tokenizer: Any,
+) -> None:
+    renderer = ChatRenderer(qwen_tokenizer, mode="concat")  # nothing remembered yet
+    history = [SYSTEM, {"role": "user", "content": "Hi"}]
+    for text in ("Hello.", "Hello.<|im_end|> and more"):  # same shape, then the marker itself
+        reply = {"role": "assistant", "content": text}
+        prompt, output = _generate(renderer, history, reply)
+        messages = [*history, reply, {"role": "user", "content": "Bye."}]
+        parent = ParentTokens(token_ids=prompt + output, message_count=3)
+        assert renderer.render(messages, parent=parent).input_ids == renderer.render_full(messages)
+
+
 def test_parent_interaction_is_accepted(renderer: ChatRenderer) -> None:
     history = [ASK]
     prompt, output = _generate(renderer, history, CALL, TOOLS)
