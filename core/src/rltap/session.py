@@ -2,7 +2,8 @@
 
 `Session.stream(request)` is the single implementation of a generation: it records the call in
 the cache (resolving its parent), renders the prompt, streams tokens from the engine through the
-output parser and stores the finished interaction. `Session.generate` collects the same stream.
+output parser and stores the finished interaction. `Session.generate` collects the same stream;
+a request that does not stream makes one engine call and parses the reply whole.
 Both the HTTP proxy and the direct client (`rltap.client`) call these.
 
 A generation that fails or is cancelled (a client that disconnects closes the stream) is marked
@@ -16,7 +17,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -215,36 +216,46 @@ class Session:
             input_tokens=model_request.input_ids,
             logprob_convention=self.engine.logprob_convention,
         )
-        use_tools = request.tool_choice != "none"
-        parser = self._parser(use_tools).stream()
-        decoder = self.renderer.stream_decoder()
-        deltas: list[Delta] = []
+        output_parser = self._parser(request.tool_choice != "none")
         finished = False
         started = time.perf_counter()
         try:
-            # Closing the engine stream (here, not at garbage collection) aborts the request.
-            # A client that does not stream gets one engine call, not a token-by-token stream.
             if request.stream:
+                parser = output_parser.stream()
+                decoder = self.renderer.stream_decoder()
+                deltas: list[Delta] = []
+                # Closing the engine stream (here, not at garbage collection) aborts the request.
                 chunks = self.engine.stream(model_request)
+                async with _closing(chunks):
+                    async for chunk in chunks:
+                        response.extend(chunk)
+                        text_ids = [t for t in chunk.token_ids if t not in self._stop_ids]
+                        new = parser.feed(decoder.push(text_ids)) if text_ids else []
+                        deltas.extend(new)
+                        if new or chunk.token_ids:
+                            yield self._delta(request, index, new, chunk.token_ids, chunk.logprobs)
+                _check_not_aborted(response)
+                tail = parser.feed(decoder.flush()) + parser.finish()
+                deltas.extend(tail)
+                if tail:
+                    yield GenerationDelta(index=index, deltas=tail)
+                parsed = fold_deltas(deltas)
             else:
-                chunks = _whole(self.engine.generate(model_request))
-            async with _closing(chunks):
-                async for chunk in chunks:
-                    response.extend(chunk)
-                    text_ids = [t for t in chunk.token_ids if t not in self._stop_ids]
-                    new = parser.feed(decoder.push(text_ids)) if text_ids else []
-                    deltas.extend(new)
-                    if new or chunk.token_ids:
-                        yield self._delta(request, index, new, chunk.token_ids, chunk.logprobs)
-            if response.stop_reason is StopReason.ABORT:
-                msg = "the engine aborted the generation"
-                raise EngineError(msg, is_retryable=True)
-            tail = parser.feed(decoder.flush()) + parser.finish()
-            deltas.extend(tail)
-            if tail:
-                yield GenerationDelta(index=index, deltas=tail)
+                # A client that does not stream gets one engine call, its reply parsed whole.
+                whole = await self.engine.generate(model_request)
+                response.extend(
+                    TokenChunk(
+                        token_ids=whole.output_tokens,
+                        logprobs=whole.output_logprobs,
+                        versions=whole.output_versions,
+                        stop_reason=whole.stop_reason,
+                    )
+                )
+                _check_not_aborted(response)
+                text_ids = [t for t in response.output_tokens if t not in self._stop_ids]
+                parsed = output_parser.parse(self.renderer.decode(text_ids))
             response.latency = time.perf_counter() - started
-            generation = self._finish(request, interaction_id, index, response, deltas, created)
+            generation = self._finish(request, interaction_id, index, response, parsed, created)
             finished = True
         except Exception as exc:
             # The engine failed (or aborted the request itself): failed, with the reason.
@@ -284,10 +295,9 @@ class Session:
         interaction_id: str,
         index: int,
         response: ModelResponse,
-        deltas: list[Delta],
+        parsed: ParsedOutput,
         created: float,
     ) -> Generation:
-        parsed = fold_deltas(deltas)
         finish_reason: FinishReason = "stop"
         if parsed.tool_calls:
             finish_reason = "tool_calls"
@@ -307,14 +317,10 @@ class Session:
         )
 
 
-async def _whole(generation: Awaitable[ModelResponse]) -> AsyncIterator[TokenChunk]:
-    response = await generation
-    yield TokenChunk(
-        token_ids=response.output_tokens,
-        logprobs=response.output_logprobs,
-        versions=response.output_versions,
-        stop_reason=response.stop_reason,
-    )
+def _check_not_aborted(response: ModelResponse) -> None:
+    if response.stop_reason is StopReason.ABORT:
+        msg = "the engine aborted the generation"
+        raise EngineError(msg, is_retryable=True)
 
 
 @contextlib.asynccontextmanager
