@@ -8,17 +8,13 @@ call with `Turn <n>: you said: <last user text>`.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from rltap.testing import RunningProxy, cached_tiny_model_dir, tool_loop
-from rltap.testing.harness import scripted_proxy
-
-ProxyFactory = Callable[..., Any]
+from rltap.testing import RunningProxy, cached_tiny_model_dir
+from rltap.testing.harness import ProxyFactory, scripted_proxies
 
 
 @pytest.fixture(autouse=True)
@@ -36,14 +32,7 @@ def tiny_model_dir() -> Path:
 @pytest.fixture
 async def make_proxy() -> AsyncIterator[ProxyFactory]:
     """Start proxies running a script (default `tool_loop`); all stop at teardown."""
-    async with contextlib.AsyncExitStack() as stack:
-
-        async def start(script: Any = tool_loop, **engine_options: Any) -> RunningProxy:
-            running: RunningProxy = await stack.enter_async_context(
-                scripted_proxy(script, **engine_options)
-            )
-            return running
-
+    async with scripted_proxies() as start:
         yield start
 
 

@@ -8,14 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from rltap.testing import RunningProxy
 from rltap.testing.harness import check_episode
 from rltap.testing.readme import run_quickstart
 
 README = Path(__file__).resolve().parents[3] / "README.md"
-pytestmark = pytest.mark.skipif(not README.is_file(), reason="runs in the rltap repository")
 
 
 async def test_readme_quickstart_runs_one_episode(proxy: RunningProxy) -> None:

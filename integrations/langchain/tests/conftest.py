@@ -6,7 +6,6 @@ are offered, then `Final answer: <tool result>`; without tools it echoes the use
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -17,12 +16,10 @@ import torch
 
 from rltap.adapter import AgentAdapter
 from rltap.testing import RunningProxy
-from rltap.testing.harness import scripted_proxy
+from rltap.testing.harness import ProxyFactory, scripted_proxies
 
 # Two shared cores: one torch thread is faster than two, and leaves a core to the others.
 torch.set_num_threads(1)
-
-ProxyFactory = Callable[..., Any]
 
 # Variables through which an agent could reach a real vendor or upload traces.
 _VENDOR_ENV = (
@@ -49,14 +46,7 @@ async def make_proxy() -> AsyncIterator[ProxyFactory]:
     `rltap.testing.harness` loads the tiny model and its renderer once per process, for these
     proxies and the standard suite's alike.
     """
-    async with contextlib.AsyncExitStack() as stack:
-
-        async def start(**engine_options: Any) -> RunningProxy:
-            running: RunningProxy = await stack.enter_async_context(
-                scripted_proxy(capacity=16, **engine_options)
-            )
-            return running
-
+    async with scripted_proxies(capacity=16) as start:
         yield start
 
 

@@ -8,21 +8,17 @@ model per process).
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import AsyncIterator
 
 import pytest
 import torch
 
-from rltap.testing import RunningProxy, tool_loop
-from rltap.testing.harness import scripted_proxy
+from rltap.testing import RunningProxy
+from rltap.testing.harness import ProxyFactory, scripted_proxies
 
 # Two shared cores: one torch thread is faster than two, and leaves a core to the others.
 torch.set_num_threads(1)
-
-ProxyFactory = Callable[..., Any]
 
 
 @pytest.fixture(autouse=True)
@@ -36,14 +32,7 @@ def no_vendor_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 async def make_proxy() -> AsyncIterator[ProxyFactory]:
     """Start proxies with a given script and engine options; all stop at teardown."""
-    async with contextlib.AsyncExitStack() as stack:
-
-        async def start(script: Any = tool_loop, **engine_options: Any) -> RunningProxy:
-            running: RunningProxy = await stack.enter_async_context(
-                scripted_proxy(script, **engine_options)
-            )
-            return running
-
+    async with scripted_proxies() as start:
         yield start
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 from rltap.chat.renderer import ChatRenderer
@@ -30,8 +30,10 @@ from rltap.types import InteractionWithTokenLogpReward
 __all__ = [
     "FIDELITY_TOLERANCE",
     "EpisodeCheckError",
+    "ProxyFactory",
     "check_episode",
     "scripted_engine",
+    "scripted_proxies",
     "scripted_proxy",
     "tiny_model",
     "tiny_renderer",
@@ -86,6 +88,24 @@ async def scripted_proxy(
         scripted_engine(script, **engine_options), tiny_renderer(), config
     ) as proxy:
         yield proxy
+
+
+ProxyFactory = Callable[..., Awaitable[RunningProxy]]
+
+
+@contextlib.asynccontextmanager
+async def scripted_proxies(**defaults: Any) -> AsyncIterator[ProxyFactory]:
+    """Start scripted proxies on demand (`scripted_proxy` arguments over `defaults`); all of
+    them stop when the block ends. Behind the integrations' `make_proxy` fixtures."""
+    async with contextlib.AsyncExitStack() as stack:
+
+        async def start(script: Any = tool_loop, **options: Any) -> RunningProxy:
+            running: RunningProxy = await stack.enter_async_context(
+                scripted_proxy(script, **{**defaults, **options})
+            )
+            return running
+
+        yield start
 
 
 def _fail(message: str) -> None:
