@@ -45,7 +45,7 @@ import orjson
 from jinja2 import TemplateError
 
 from rltap.chat.piece_encoder import PieceEncoder
-from rltap.chat.template_render import CompiledChatTemplate
+from rltap.chat.template_render import REASONING_FIELDS, CompiledChatTemplate
 from rltap.errors import InvalidRequest
 from rltap.types import InteractionWithTokenLogpReward
 
@@ -335,7 +335,6 @@ class ChatRenderer:
 
 
 _MAX_SHAPES = 4096
-_REASONING_KEYS = ("reasoning_content", "thinking", "reasoning")
 
 
 def _head_shape(
@@ -347,23 +346,23 @@ def _head_shape(
     """What the number of end-of-turn markers in the rendering of `head` can depend on; None
     when the messages, tools or template arguments contain the marker's text (or are not JSON)."""
     try:
-        text = orjson.dumps([list(head), tools, template_kwargs], option=orjson.OPT_SORT_KEYS)
+        text = orjson.dumps([list(head), tools])
+        kwargs = orjson.dumps(template_kwargs or {}, option=orjson.OPT_SORT_KEYS)
     except TypeError:
         return None
-    if marker.encode() in text:
+    if marker.encode() in text or marker.encode() in kwargs:
         return None
     roles = tuple(
         (
             message.get("role"),
             bool(message.get("tool_calls")),
-            any(message.get(key) is not None for key in _REASONING_KEYS),
+            any(message.get(key) is not None for key in REASONING_FIELDS),
             type(message.get("content")).__name__,
             bool(message.get("content")),
             bool(message.get("name")),
         )
         for message in head
     )
-    kwargs = orjson.dumps(template_kwargs, option=orjson.OPT_SORT_KEYS) if template_kwargs else b""
     return roles, bool(tools), kwargs
 
 

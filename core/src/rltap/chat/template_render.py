@@ -14,14 +14,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["CompiledChatTemplate"]
+__all__ = ["REASONING_FIELDS", "CompiledChatTemplate"]
 
-_REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
+# The names a message's reasoning goes by; transformers aliases them for the template.
+REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 
 
 def _prepare(message: Mapping[str, Any]) -> dict[str, Any]:
     prepared = {key: value for key, value in message.items() if value is not None}
-    reasoning = next((prepared[k] for k in _REASONING_FIELDS if k in prepared), None)
+    reasoning = next((prepared[k] for k in REASONING_FIELDS if k in prepared), None)
     if reasoning is not None:
         prepared = {"thinking": reasoning, **prepared, "reasoning_content": reasoning}
     return prepared
