@@ -166,9 +166,9 @@ class EngineHTTPClient:
         self._timeout = timeout
         self._connect_timeout = connect_timeout
         self._max_connections = max_connections
-        self._http: HTTP1Client | None = None
+        # Built here so that a malformed URL fails at once; it binds to the first loop that uses it.
+        self._http: HTTP1Client | None = self._new_http()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._new_http()  # a malformed URL fails here, not at the first request
 
     def _new_http(self) -> HTTP1Client:
         return HTTP1Client(
@@ -182,9 +182,9 @@ class EngineHTTPClient:
     def http(self) -> HTTP1Client:
         """The client for the running loop (a new loop, as in tests, gets a new client)."""
         loop = asyncio.get_running_loop()
-        if self._http is None or self._loop is not loop:
+        if self._http is None or (self._loop is not None and self._loop is not loop):
             self._http = self._new_http()
-            self._loop = loop
+        self._loop = loop
         return self._http
 
     @contextlib.asynccontextmanager
