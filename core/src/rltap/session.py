@@ -43,7 +43,6 @@ from rltap.types import (
     ModelRequest,
     ModelResponse,
     StopReason,
-    TokenChunk,
 )
 
 __all__ = ["Session", "SessionConfig", "new_interaction_id"]
@@ -242,15 +241,7 @@ class Session:
                 parsed = fold_deltas(deltas)
             else:
                 # A client that does not stream gets one engine call, its reply parsed whole.
-                whole = await self.engine.generate(model_request)
-                response.extend(
-                    TokenChunk(
-                        token_ids=whole.output_tokens,
-                        logprobs=whole.output_logprobs,
-                        versions=whole.output_versions,
-                        stop_reason=whole.stop_reason,
-                    )
-                )
+                response = await self.engine.generate(model_request)
                 _check_not_aborted(response)
                 text_ids = [t for t in response.output_tokens if t not in self._stop_ids]
                 parsed = output_parser.parse(self.renderer.decode(text_ids))
