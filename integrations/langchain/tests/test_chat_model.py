@@ -75,14 +75,10 @@ async def test_chain_reply_is_recorded_with_its_tokens(
     assert [m["role"] for m in item["messages"]] == ["system", "user"]
 
 
-@pytest.mark.parametrize("use_responses_api", WIRES)
-async def test_model_returns_a_message_with_usage(
-    run_episode: Any, use_responses_api: bool
-) -> None:
-    adapter = LangChainAdapter(build_model, use_responses_api=use_responses_api)
-    episode = await run_episode(adapter, "hello there")
+def _assert_reply_with_recorded_usage(episode: Any, text: str) -> None:
+    """The reply is an AIMessage with `text`, and its usage is the recorded token counts."""
     assert isinstance(episode.result, AIMessage)
-    assert final_text(episode.result) == "Turn 0: you said: hello there"
+    assert final_text(episode.result) == text
     (item,) = episode.interactions
     usage = episode.result.usage_metadata
     assert usage is not None
@@ -90,6 +86,15 @@ async def test_model_returns_a_message_with_usage(
         item["input_len"],
         item["output_len"],
     )
+
+
+@pytest.mark.parametrize("use_responses_api", WIRES)
+async def test_model_returns_a_message_with_usage(
+    run_episode: Any, use_responses_api: bool
+) -> None:
+    adapter = LangChainAdapter(build_model, use_responses_api=use_responses_api)
+    episode = await run_episode(adapter, "hello there")
+    _assert_reply_with_recorded_usage(episode, "Turn 0: you said: hello there")
 
 
 @pytest.mark.parametrize("use_responses_api", WIRES)
@@ -98,12 +103,4 @@ async def test_astream_with_stream_usage_reports_the_recorded_token_counts(
 ) -> None:
     adapter = LangChainAdapter(build_streamer, use_responses_api=use_responses_api)
     episode = await run_episode(adapter, "stream this")
-    assert isinstance(episode.result, AIMessage)
-    assert final_text(episode.result) == "Turn 0: you said: stream this"
-    (item,) = episode.interactions
-    usage = episode.result.usage_metadata
-    assert usage is not None
-    assert (usage["input_tokens"], usage["output_tokens"]) == (
-        item["input_len"],
-        item["output_len"],
-    )
+    _assert_reply_with_recorded_usage(episode, "Turn 0: you said: stream this")
