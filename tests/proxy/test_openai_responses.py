@@ -358,6 +358,7 @@ def test_previous_response_id_without_input() -> None:
         pytest.param({"input": "x", "metadata": {"k": 1}}, "metadata.k", id="metadata"),
         pytest.param({"input": [3]}, "input[0]", id="item-not-object"),
         pytest.param({"input": [{"type": "web_search_call"}]}, "input[0].type", id="hosted-item"),
+        pytest.param({"input": [{"type": []}]}, "input[0].type", id="item-type-not-a-string"),
         pytest.param({"input": [{"type": "item_reference", "id": "x"}]}, "input[0].type", id="ref"),
         pytest.param({"input": [{"role": "tool", "content": "x"}]}, "input[0].role", id="role"),
         pytest.param({"input": [{"role": "user"}]}, "input[0].content", id="no-content"),

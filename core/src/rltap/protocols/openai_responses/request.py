@@ -126,7 +126,8 @@ def _item_tag(value: Any) -> str | None:
         kind = getattr(value, "type", None)
     if kind is None:
         return None
-    return _ITEM_TAGS.get(kind, "Unsupported")
+    # A tag that is not a string (`{"type": []}`) cannot be looked up: the validator refuses it.
+    return _ITEM_TAGS.get(kind, "Unsupported") if isinstance(kind, str) else "Unsupported"
 
 
 _ITEM_TAGS = {
