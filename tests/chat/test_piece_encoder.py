@@ -19,13 +19,8 @@ FRAGMENTS = ["<|im_", "_end|>", "<tool", "call>", "|>", "<", "\n", "\r\n", " ", 
 
 
 @pytest.fixture(scope="module")
-def backend(qwen_tokenizer: Any) -> Any:
-    return qwen_tokenizer.backend_tokenizer
-
-
-@pytest.fixture(scope="module")
-def encoder(backend: Any) -> PieceEncoder:
-    encoder = PieceEncoder.for_backend(backend)
+def encoder(qwen_backend: Any) -> PieceEncoder:
+    encoder = PieceEncoder.for_backend(qwen_backend)
     assert encoder is not None
     return encoder
 
@@ -42,8 +37,10 @@ texts = st.lists(
 
 @settings(max_examples=400, deadline=None)
 @given(text=texts)
-def test_piece_ids_equal_the_tokenizers_ids(encoder: PieceEncoder, backend: Any, text: str) -> None:
-    expected = backend.encode(text, add_special_tokens=False).ids
+def test_piece_ids_equal_the_tokenizers_ids(
+    encoder: PieceEncoder, qwen_backend: Any, text: str
+) -> None:
+    expected = qwen_backend.encode(text, add_special_tokens=False).ids
     assert encoder.encode(text) == expected
     assert encoder.encode(text) == expected  # again, now from the cache
 
@@ -60,10 +57,10 @@ def test_a_chat_prompt_encodes_as_a_whole(qwen_tokenizer: Any, encoder: PieceEnc
         assert renderer.render(messages).input_ids == encoder.encode(text)
 
 
-def test_the_cache_keeps_at_most_its_limit(backend: Any) -> None:
-    encoder = PieceEncoder.for_backend(backend)
+def test_the_cache_keeps_at_most_its_limit(qwen_backend: Any) -> None:
+    encoder = PieceEncoder.for_backend(qwen_backend)
     assert encoder is not None
-    small = PieceEncoder(backend, dict(encoder._added), max_entries=8, max_piece_chars=16)
+    small = PieceEncoder(qwen_backend, dict(encoder._added), max_entries=8, max_piece_chars=16)
     for number in range(100):
         small.encode(f"<|im_start|>user\n{number}<|im_end|>")
     assert len(small._cache) == 8
@@ -72,8 +69,8 @@ def test_the_cache_keeps_at_most_its_limit(backend: Any) -> None:
     assert long_piece not in small._cache
 
 
-def test_a_tokenizer_whose_added_tokens_strip_whitespace_is_not_cut_here(backend: Any) -> None:
-    stripping = Tokenizer.from_str(backend.to_str())
+def test_a_tokenizer_whose_added_tokens_strip_whitespace_is_not_cut_here(qwen_backend: Any) -> None:
+    stripping = Tokenizer.from_str(qwen_backend.to_str())
     stripping.add_special_tokens([AddedToken("<mask>", lstrip=True)])
     assert PieceEncoder.for_backend(stripping) is None
     text = "a <mask> b"
@@ -84,14 +81,14 @@ def test_a_tokenizer_whose_added_tokens_strip_whitespace_is_not_cut_here(backend
     ]  # why: lstrip swallows the space before the token
 
 
-def test_normalized_added_tokens_are_not_cut_here(backend: Any) -> None:
-    config = json.loads(backend.to_str())
+def test_normalized_added_tokens_are_not_cut_here(qwen_backend: Any) -> None:
+    config = json.loads(qwen_backend.to_str())
     config["added_tokens"][0]["normalized"] = True
     assert PieceEncoder.for_backend(Tokenizer.from_str(json.dumps(config))) is None
 
 
-def test_the_longest_added_token_wins_where_two_start_at_one_place(backend: Any) -> None:
-    overlapping = Tokenizer.from_str(backend.to_str())
+def test_the_longest_added_token_wins_where_two_start_at_one_place(qwen_backend: Any) -> None:
+    overlapping = Tokenizer.from_str(qwen_backend.to_str())
     overlapping.add_special_tokens(["<x>", "<x>y"])
     encoder = PieceEncoder.for_backend(overlapping)
     assert encoder is not None

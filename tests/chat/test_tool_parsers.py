@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rltap.chat.parsed import ParsedOutput, ParsedToolCall, sequential_call_ids
+from rltap.chat.parsed import ParsedOutput, ParsedToolCall, fold_deltas, sequential_call_ids
 from rltap.chat.registry import Registry, UnknownNameError
 from rltap.chat.tool_parsers import (
     TOOL_PARSERS,
@@ -362,3 +362,15 @@ def test_registry_lazy_import_failure_is_clear(target: str, message: str) -> Non
 def test_registry_unknown_name_with_empty_registry() -> None:
     with pytest.raises(UnknownNameError, match="unknown thing 'x'; known: none"):
         Registry[int]("thing").get("x")
+
+
+@pytest.mark.parametrize("name", ["hermes", "mistral"])
+@given(text=st.lists(st.sampled_from(MARKUP) | st.text(max_size=3), max_size=12).map("".join))
+def test_whole_parse_equals_the_stream_with_or_without_a_tag(name: str, text: str) -> None:
+    # `parse` skips the state machine when no opening tag occurs; the result must not change.
+    parser = get_tool_parser(name)
+    assert parser.opening_tags
+    stream = parser.stream(new_id=sequential_call_ids())
+    folded = fold_deltas([*stream.feed(text), *stream.finish()])
+    streamed = ParsedOutput(content=folded.content.strip(), tool_calls=folded.tool_calls)
+    assert parser.parse(text, new_id=sequential_call_ids()) == streamed

@@ -9,7 +9,8 @@ user message) reaches the tokenizer. Encoding a first-turn prompt drops from ~50
 
 The cut is the tokenizer's own only when every added token matches verbatim: no `lstrip`,
 `rstrip` or `single_word`, and not matched after normalisation. `PieceEncoder.for_backend`
-returns None otherwise, and the caller encodes whole texts.
+returns None otherwise, and the caller encodes whole texts. New ASCII pieces of a byte-level BPE
+tokenizer are encoded word by word in Python (`rltap.chat.byte_level_words`).
 
 Usage:
     encoder = PieceEncoder.for_backend(tokenizer.backend_tokenizer)
@@ -20,6 +21,8 @@ from __future__ import annotations
 
 import re
 from typing import Any
+
+from rltap.chat.byte_level_words import ByteLevelWords
 
 __all__ = ["PieceEncoder"]
 
@@ -40,6 +43,7 @@ class PieceEncoder:
         max_piece_chars: int = 2048,
     ) -> None:
         self._backend = backend
+        self._words = ByteLevelWords.for_backend(backend)
         self._added = added
         # Longest first: at one position the longest added token wins, as in the tokenizer.
         alternatives = sorted(added, key=len, reverse=True)
@@ -80,7 +84,9 @@ class PieceEncoder:
         cached = self._cache.get(piece)
         if cached is not None:
             return cached
-        ids: list[int] = self._backend.encode(piece, add_special_tokens=False).ids
+        ids = self._words.encode(piece) if self._words is not None and piece.isascii() else None
+        if ids is None:
+            ids = self._backend.encode(piece, add_special_tokens=False).ids
         if len(piece) <= self._max_piece_chars:
             if len(self._cache) >= self._max_entries:
                 del self._cache[next(iter(self._cache))]

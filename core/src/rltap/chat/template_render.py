@@ -7,12 +7,16 @@ already plain JSON data, so this does only what changes the output: drop keys wh
 alias the reasoning fields (`reasoning_content`, `thinking`, `reasoning`) as transformers does, and
 render the template compiled once, with the same Jinja environment. A test checks the output
 equals `apply_chat_template` on conversations with tools, tool calls, reasoning and part lists.
+Conversations of a shape seen before are not rendered again: `rltap.chat.template_shapes` fills
+their texts into the remembered output, when the template only prints them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from rltap.chat.template_shapes import ShapeCache
 
 __all__ = ["REASONING_FIELDS", "CompiledChatTemplate"]
 
@@ -31,12 +35,15 @@ def _prepare(message: Mapping[str, Any]) -> dict[str, Any]:
 class CompiledChatTemplate:
     """A tokenizer's chat template, compiled once; `render` gives apply_chat_template's text."""
 
-    def __init__(self, tokenizer: Any, chat_template: str | None = None) -> None:
+    def __init__(
+        self, tokenizer: Any, chat_template: str | None = None, *, remember_shapes: bool = True
+    ) -> None:
         from transformers.utils.chat_template_utils import _compile_jinja_template
 
         source = chat_template or tokenizer.chat_template
         self._template = _compile_jinja_template(source)
         self._special_tokens = dict(tokenizer.special_tokens_map)
+        self._shapes = ShapeCache(self._template, source) if remember_shapes else None
 
     def render(
         self,
@@ -46,13 +53,14 @@ class CompiledChatTemplate:
         add_generation_prompt: bool,
         template_kwargs: Mapping[str, Any] | None,
     ) -> str:
-        kwargs = {**self._special_tokens, **(template_kwargs or {})}
-        return str(
-            self._template.render(
-                messages=[_prepare(m) for m in messages],
-                tools=[dict(t) for t in tools] if tools else None,
-                documents=None,
-                add_generation_prompt=add_generation_prompt,
-                **kwargs,
-            )
-        )
+        context = {
+            **self._special_tokens,
+            **(template_kwargs or {}),
+            "tools": [dict(t) for t in tools] if tools else None,
+            "documents": None,
+            "add_generation_prompt": add_generation_prompt,
+        }
+        prepared = [_prepare(m) for m in messages]
+        if self._shapes is not None:
+            return self._shapes.render(prepared, context)
+        return str(self._template.render(messages=prepared, **context))

@@ -265,6 +265,9 @@ class ToolParser(ABC):
     """A tool-call format. Stateless: `stream()` makes the per-reply machine."""
 
     name: ClassVar[str]
+    # A reply that contains none of these tags holds no call: all of it is content. Empty for a
+    # format whose calls need no tag (llama3's bare JSON), which is always parsed.
+    opening_tags: ClassVar[tuple[str, ...]] = ()
 
     @abstractmethod
     def stream(self, *, new_id: IdFactory | None = None) -> ToolCallStream:
@@ -272,6 +275,8 @@ class ToolParser(ABC):
 
     def parse(self, text: str, *, new_id: IdFactory | None = None) -> ParsedOutput:
         """Parse a whole reply (no reasoning handling): stripped content and the tool calls."""
+        if self.opening_tags and not any(tag in text for tag in self.opening_tags):
+            return ParsedOutput(content=text.strip())  # most replies: no need to run the parser
         stream = self.stream(new_id=new_id)
         folded = fold_deltas([*stream.feed(text), *stream.finish()])
         return ParsedOutput(content=folded.content.strip(), tool_calls=folded.tool_calls)
@@ -334,6 +339,7 @@ class HermesToolParser(ToolParser):
     """`<tool_call>{"name": ..., "arguments": {...}}</tool_call>` blocks (Hermes, Qwen 2.5/3)."""
 
     name = "hermes"
+    opening_tags = (_HERMES_OPEN,)
 
     def stream(self, *, new_id: IdFactory | None = None) -> ToolCallStream:
         """A fresh incremental parser for one reply."""
@@ -492,6 +498,7 @@ class MistralToolParser(ToolParser):
     """Mistral calls: `[TOOL_CALLS][{...}, ...]` or `[TOOL_CALLS]name[ARGS]{...}` per call."""
 
     name = "mistral"
+    opening_tags = (_MISTRAL_TAG,)
 
     def stream(self, *, new_id: IdFactory | None = None) -> ToolCallStream:
         """A fresh incremental parser for one reply."""
