@@ -28,6 +28,7 @@ from rltap.chat.renderer import ChatRenderer
 from rltap.chat.streaming import OutputParser
 from rltap.engines.base import InferenceEngine
 from rltap.errors import ContextLengthExceeded, EngineError, NotFound
+from rltap.ids import random_hex
 from rltap.protocols.base import (
     Api,
     CanonicalRequest,
@@ -52,7 +53,7 @@ _ID_PREFIXES: dict[Api, str] = {"chat": "chatcmpl-", "responses": "resp_", "mess
 
 def new_interaction_id(api: Api) -> str:
     """An interaction id in the style of the API the call came through."""
-    return f"{_ID_PREFIXES[api]}{uuid.uuid4().hex}"
+    return f"{_ID_PREFIXES[api]}{random_hex()}"
 
 
 @dataclass(slots=True, kw_only=True)
@@ -90,6 +91,11 @@ class Session:
 
     async def generate(self, request: CanonicalRequest) -> list[Generation]:
         """Every choice of `request`, finished."""
+        if request.n == 1 and not request.stream:
+            # Most calls: one choice, not streamed. A coroutine, no event stream in between.
+            messages = self._resolve_history(request)
+            interaction, model_request = self._start(request, messages, 0)
+            return [await self._complete(request, interaction.interaction_id, model_request, 0)]
         generations = [
             event.generation
             async for event in self.stream(request)
@@ -211,52 +217,84 @@ class Session:
             prompt_tokens=len(model_request.input_ids),
             created=created,
         )
+        if not request.stream:
+            generation = await self._complete(
+                request, interaction_id, model_request, index, created
+            )
+            yield GenerationEnd(generation=generation)
+            return
         response = ModelResponse(
             input_tokens=model_request.input_ids,
             logprob_convention=self.engine.logprob_convention,
         )
-        output_parser = self._parser(request.tool_choice != "none")
         finished = False
         started = time.perf_counter()
         try:
-            if request.stream:
-                parser = output_parser.stream()
-                decoder = self.renderer.stream_decoder()
-                deltas: list[Delta] = []
-                # Closing the engine stream (here, not at garbage collection) aborts the request.
-                chunks = self.engine.stream(model_request)
-                async with _closing(chunks):
-                    async for chunk in chunks:
-                        response.extend(chunk)
-                        text_ids = [t for t in chunk.token_ids if t not in self._stop_ids]
-                        new = parser.feed(decoder.push(text_ids)) if text_ids else []
-                        deltas.extend(new)
-                        if new or chunk.token_ids:
-                            yield self._delta(request, index, new, chunk.token_ids, chunk.logprobs)
-                _check_not_aborted(response)
-                tail = parser.feed(decoder.flush()) + parser.finish()
-                deltas.extend(tail)
-                if tail:
-                    yield GenerationDelta(index=index, deltas=tail)
-                parsed = fold_deltas(deltas)
-            else:
-                # A client that does not stream gets one engine call, its reply parsed whole.
-                response = await self.engine.generate(model_request)
-                _check_not_aborted(response)
-                text_ids = [t for t in response.output_tokens if t not in self._stop_ids]
-                parsed = output_parser.parse(self.renderer.decode(text_ids))
+            parser = self._parser(request.tool_choice != "none").stream()
+            decoder = self.renderer.stream_decoder()
+            deltas: list[Delta] = []
+            # Closing the engine stream (here, not at garbage collection) aborts the request.
+            chunks = self.engine.stream(model_request)
+            async with _closing(chunks):
+                async for chunk in chunks:
+                    response.extend(chunk)
+                    text_ids = [t for t in chunk.token_ids if t not in self._stop_ids]
+                    new = parser.feed(decoder.push(text_ids)) if text_ids else []
+                    deltas.extend(new)
+                    if new or chunk.token_ids:
+                        yield self._delta(request, index, new, chunk.token_ids, chunk.logprobs)
+            _check_not_aborted(response)
+            tail = parser.feed(decoder.flush()) + parser.finish()
+            deltas.extend(tail)
+            if tail:
+                yield GenerationDelta(index=index, deltas=tail)
             response.latency = time.perf_counter() - started
-            generation = self._finish(request, interaction_id, index, response, parsed, created)
+            generation = self._finish(
+                request, interaction_id, index, response, fold_deltas(deltas), created
+            )
             finished = True
         except Exception as exc:
-            # The engine failed (or aborted the request itself): failed, with the reason.
-            aborted = response.stop_reason is StopReason.ABORT
-            self.cache.fail(interaction_id, f"{type(exc).__name__}: {exc}", aborted=aborted)
+            self._failed(interaction_id, exc, response)
             raise
         finally:
             if not finished:  # cancelled, or the stream was closed: the client went away
                 self.cache.fail(interaction_id, "generation did not finish", aborted=True)
         yield GenerationEnd(generation=generation)
+
+    async def _complete(
+        self,
+        request: CanonicalRequest,
+        interaction_id: str,
+        model_request: ModelRequest,
+        index: int,
+        created: float | None = None,
+    ) -> Generation:
+        """One engine call, its reply parsed whole: a choice of a request that does not stream."""
+        created = time.time() if created is None else created
+        response: ModelResponse | None = None
+        finished = False
+        started = time.perf_counter()
+        try:
+            response = await self.engine.generate(model_request)
+            _check_not_aborted(response)
+            text_ids = [t for t in response.output_tokens if t not in self._stop_ids]
+            output_parser = self._parser(request.tool_choice != "none")
+            parsed = output_parser.parse(self.renderer.decode(text_ids))
+            response.latency = time.perf_counter() - started
+            generation = self._finish(request, interaction_id, index, response, parsed, created)
+            finished = True
+            return generation
+        except Exception as exc:
+            self._failed(interaction_id, exc, response)
+            raise
+        finally:
+            if not finished:  # cancelled: the client went away
+                self.cache.fail(interaction_id, "generation did not finish", aborted=True)
+
+    def _failed(self, interaction_id: str, exc: Exception, response: ModelResponse | None) -> None:
+        """The engine failed (or aborted the request itself): failed, with the reason."""
+        aborted = response is not None and response.stop_reason is StopReason.ABORT
+        self.cache.fail(interaction_id, f"{type(exc).__name__}: {exc}", aborted=aborted)
 
     def _parser(self, use_tools: bool) -> OutputParser:
         parser = self.config.output_parser

@@ -10,12 +10,12 @@ import dataclasses
 import enum
 import math
 import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rltap.errors import InvalidRequest
+from rltap.ids import random_hex
 
 if TYPE_CHECKING:
     import torch
@@ -73,7 +73,7 @@ class ModelRequest:
     stop_token_ids: list[int] = field(default_factory=list)
     stop: list[str] = field(default_factory=list)
     seed: int | None = None
-    request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    request_id: str = field(default_factory=random_hex)
     # The conversation the ids were rendered from. Token engines ignore it; the scripted engine
     # decides its reply from it.
     messages: list[dict[str, Any]] | None = None
@@ -194,7 +194,7 @@ class TokenSequence:
 
 
 def _new_interaction_id() -> str:
-    return f"chatcmpl-{uuid.uuid4().hex}"
+    return f"chatcmpl-{random_hex()}"
 
 
 @dataclass(eq=False, kw_only=True)

@@ -26,9 +26,10 @@ REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 
 def _prepare(message: Mapping[str, Any]) -> dict[str, Any]:
     prepared = {key: value for key, value in message.items() if value is not None}
-    reasoning = next((prepared[k] for k in REASONING_FIELDS if k in prepared), None)
-    if reasoning is not None:
-        prepared = {"thinking": reasoning, **prepared, "reasoning_content": reasoning}
+    for field in REASONING_FIELDS:
+        reasoning = prepared.get(field)
+        if reasoning is not None:
+            return {"thinking": reasoning, **prepared, "reasoning_content": reasoning}
     return prepared
 
 

@@ -78,15 +78,24 @@ class _Unshapeable(Exception):
 def _shape(value: Any, texts: list[str], key: str | None) -> Any:
     """A hashable shape of `value`; its texts are appended to `texts` in walk order."""
     kind = type(value)
+    if kind is dict:
+        shape: list[Any] = [_DICT]
+        for k, v in value.items():
+            if type(v) is str:  # most values: handled here, without a call
+                if v and k not in _STRUCTURAL_KEYS:
+                    texts.append(v)
+                    v = _TEXT
+                shape += (k, v)
+            else:
+                shape += (k, _shape(v, texts, k))
+        return tuple(shape)
     if kind is str:
         if not value or key in _STRUCTURAL_KEYS:
             return value
         texts.append(value)
         return _TEXT
-    if kind is dict:
-        return (_DICT, *((k, _shape(v, texts, k)) for k, v in value.items()))
     if kind is list or kind is tuple:
-        return (_LIST, *(_shape(v, texts, None) for v in value))
+        return (_LIST, *[_shape(v, texts, None) for v in value])
     if value is None or kind is bool or kind is int or kind is float:
         return (kind, value)
     raise _Unshapeable

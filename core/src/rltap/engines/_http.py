@@ -81,31 +81,35 @@ def error_for_status(engine: str, status: int, body: bytes) -> EngineError:
     return EngineError(msg, is_retryable=status >= 500)
 
 
+def engine_error(engine: str, url: str, exc: Exception) -> EngineError | None:
+    """The `EngineError` a connection, timeout, HTTP or JSON error stands for (None: not one)."""
+    if isinstance(exc, EngineError):
+        return exc
+    if isinstance(exc, ConnectTimeout):
+        return EngineUnavailable(f"{engine} at {url} did not accept a connection in time")
+    if isinstance(exc, ConnectFailed):
+        return EngineUnavailable(f"{engine} at {url} is unreachable: {exc}")
+    if isinstance(exc, TimeoutError):  # the client's read timeout subclasses it
+        return EngineTimeout(f"{engine} at {url} sent nothing within the timeout")
+    if isinstance(exc, ConnectionDropped):
+        return EngineError(f"{engine} at {url} dropped the connection: {exc}", is_retryable=True)
+    if isinstance(exc, ProtocolError):
+        return EngineError(f"{engine} at {url} answered with invalid HTTP: {exc}")
+    if isinstance(exc, orjson.JSONDecodeError):
+        return EngineError(f"{engine} at {url} sent invalid JSON: {exc}")
+    return None
+
+
 @contextlib.contextmanager
 def map_http_errors(engine: str, url: str) -> Iterator[None]:
     """Translate connection, timeout, HTTP and JSON errors raised inside into `EngineError`s."""
     try:
         yield
-    except EngineError:
-        raise
-    except ConnectTimeout as exc:
-        msg = f"{engine} at {url} did not accept a connection in time"
-        raise EngineUnavailable(msg) from exc
-    except ConnectFailed as exc:
-        msg = f"{engine} at {url} is unreachable: {exc}"
-        raise EngineUnavailable(msg) from exc
-    except TimeoutError as exc:  # the client's read timeout subclasses it
-        msg = f"{engine} at {url} sent nothing within the timeout"
-        raise EngineTimeout(msg) from exc
-    except ConnectionDropped as exc:
-        msg = f"{engine} at {url} dropped the connection: {exc}"
-        raise EngineError(msg, is_retryable=True) from exc
-    except ProtocolError as exc:
-        msg = f"{engine} at {url} answered with invalid HTTP: {exc}"
-        raise EngineError(msg) from exc
-    except orjson.JSONDecodeError as exc:
-        msg = f"{engine} at {url} sent invalid JSON: {exc}"
-        raise EngineError(msg) from exc
+    except Exception as exc:
+        mapped = engine_error(engine, url, exc)
+        if mapped is None or mapped is exc:
+            raise
+        raise mapped from exc
 
 
 async def iter_sse_data(response: HTTP1Response) -> AsyncIterator[bytes]:
@@ -204,6 +208,28 @@ class EngineHTTPClient:
                 if not response.at_eof:
                     response.close()
 
+    async def post_json(self, path: str, body: dict[str, Any]) -> Any:
+        """POST `body` as JSON and decode the JSON reply: `post` and `read_json` in one call.
+
+        The non-streamed engine call takes this path on every proxy request, so it does without
+        their context managers. Cancelled before the reply is read, it closes the connection.
+        """
+        try:
+            response = await self.http().request("POST", path, orjson.dumps(body))
+            try:
+                payload = await response.read()
+            finally:
+                if not response.at_eof:
+                    response.close()
+            if response.status >= 400:
+                raise error_for_status(self.engine, response.status, payload)
+            return orjson.loads(payload)
+        except Exception as exc:
+            mapped = engine_error(self.engine, self.base_url + path, exc)
+            if mapped is None or mapped is exc:
+                raise
+            raise mapped from exc
+
     async def get_json(self, path: str) -> Any:
         """GET `path` and decode its JSON body."""
         with map_http_errors(self.engine, self.base_url + path):
@@ -245,15 +271,23 @@ class InflightRequests:
 
     @contextlib.contextmanager
     def track(self, request_id: str, *, cancel_task: bool) -> Iterator[_Inflight]:
+        entry = self.add(request_id, cancel_task=cancel_task)
+        try:
+            yield entry
+        finally:
+            self.remove(request_id)
+
+    def add(self, request_id: str, *, cancel_task: bool) -> _Inflight:
+        """Register `request_id` (`track` without the context manager; `remove` it after)."""
         if request_id in self._requests:
             msg = f"request id {request_id!r} is already in flight"
             raise EngineError(msg)
         entry = _Inflight(task=asyncio.current_task() if cancel_task else None)
         self._requests[request_id] = entry
-        try:
-            yield entry
-        finally:
-            del self._requests[request_id]
+        return entry
+
+    def remove(self, request_id: str) -> None:
+        del self._requests[request_id]
 
     def abort(self, request_id: str) -> bool:
         """Abort `request_id`; False when no such request is in flight."""

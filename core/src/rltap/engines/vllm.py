@@ -169,21 +169,22 @@ class VLLMEngine(HTTPEngineBase):
         started = time.perf_counter()
         body = completion_body(request, self.model, stream=False)
         data: Any = None
-        with self._inflight.track(request.request_id, cancel_task=True) as entry:
-            try:
-                async with self._client.post(_COMPLETIONS, body) as response:
-                    data = await self._client.read_json(response)
-            except asyncio.CancelledError:
-                task = asyncio.current_task()
-                if not entry.aborted or task is None or task.uncancel() > 0:
-                    raise
-            if data is None:  # aborted before vLLM answered: nothing was produced
-                return ModelResponse(
-                    input_tokens=list(request.input_ids),
-                    stop_reason=StopReason.ABORT,
-                    logprob_convention=self.logprob_convention,
-                    latency=time.perf_counter() - started,
-                )
+        entry = self._inflight.add(request.request_id, cancel_task=True)
+        try:
+            data = await self._client.post_json(_COMPLETIONS, body)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if not entry.aborted or task is None or task.uncancel() > 0:
+                raise
+        finally:
+            self._inflight.remove(request.request_id)
+        if data is None:  # aborted before vLLM answered: nothing was produced
+            return ModelResponse(
+                input_tokens=list(request.input_ids),
+                stop_reason=StopReason.ABORT,
+                logprob_convention=self.logprob_convention,
+                latency=time.perf_counter() - started,
+            )
         return self._response(request, data, time.perf_counter() - started)
 
     def _response(self, request: ModelRequest, data: Any, latency: float) -> ModelResponse:

@@ -31,10 +31,13 @@ _MIN_PUBLIC_KEY_LEN = 16
 # How uvicorn runs the proxy, in `rltap serve` and in tests alike. rltap does not trust
 # X-Forwarded-* headers (nothing it does depends on the client's address), so uvicorn's
 # proxy-headers middleware, on by default, would be one more layer on every request for nothing.
+# Nor does it send `server: uvicorn`: uvicorn checks every response header against two regular
+# expressions, and that one says nothing a client needs.
 UVICORN_OPTIONS: dict[str, Any] = {
     "log_level": "warning",
     "access_log": False,
     "proxy_headers": False,
+    "server_header": False,
 }
 
 
