@@ -108,16 +108,24 @@ def test_filled_in_output_equals_a_fresh_rendering(
         )
 
 
+def _key(context: dict[str, Any]) -> str:
+    return repr(sorted(context.items()))
+
+
+def _render(shapes: ShapeCache, messages: list[dict[str, Any]], context: dict[str, Any]) -> str:
+    return shapes.render(messages, lambda: context, _key(context))
+
+
 def test_a_plain_conversation_is_remembered_and_filled_in(qwen_tokenizer: Any) -> None:
     template = _compile_jinja_template(qwen_tokenizer.chat_template)
     shapes = ShapeCache(template, qwen_tokenizer.chat_template)
     context = {"add_generation_prompt": True, "tools": None}
     first = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
     second = [{"role": "system", "content": "Be long."}, {"role": "user", "content": " Yo\n"}]
-    assert shapes.learned(first, context) is None
-    assert shapes.render(first, context) == template.render(messages=first, **context)
-    assert shapes.learned(second, context) is True
-    assert shapes.render(second, context) == template.render(messages=second, **context)
+    assert shapes.learned(first, _key(context)) is None
+    assert _render(shapes, first, context) == template.render(messages=first, **context)
+    assert shapes.learned(second, _key(context)) is True
+    assert _render(shapes, second, context) == template.render(messages=second, **context)
 
 
 def test_a_different_tool_order_is_a_different_shape(qwen_tokenizer: Any) -> None:
@@ -176,8 +184,8 @@ def test_a_template_that_looks_inside_a_text_is_rendered_every_time(
     texts = ["abc", "  abc  ", "b", "a  b", "zzzzzzzzzz<b>x</b>"]
     for text in texts:
         messages = [{"role": "user", "content": text}]
-        assert shapes.render(messages, context) == template.render(messages=messages)
-    assert shapes.learned([{"role": "user", "content": "q"}], context) is False
+        assert _render(shapes, messages, context) == template.render(messages=messages)
+    assert shapes.learned([{"role": "user", "content": "q"}], _key(context)) is False
 
 
 @pytest.mark.parametrize(
@@ -199,8 +207,8 @@ def test_a_template_that_only_prints_a_text_is_filled_in(qwen_tokenizer: Any, bo
     shapes = ShapeCache(template, source)
     for text in ["abc", "  abc  ", "\x00<&'\"\\>\x00", "{{ t }}"]:
         messages = [{"role": "user", "content": text}]
-        assert shapes.render(messages, {}) == template.render(messages=messages)
-    assert shapes.learned([{"role": "user", "content": "q"}], {}) is True
+        assert _render(shapes, messages, {}) == template.render(messages=messages)
+    assert shapes.learned([{"role": "user", "content": "q"}], _key({})) is True
 
 
 def test_a_template_error_is_raised_by_the_plain_rendering(qwen_tokenizer: Any) -> None:
@@ -208,7 +216,7 @@ def test_a_template_error_is_raised_by_the_plain_rendering(qwen_tokenizer: Any) 
     template = _compile_jinja_template(source)
     shapes = ShapeCache(template, source)
     with pytest.raises(Exception, match="no user"):
-        shapes.render([{"role": "user", "content": "x"}], {})
+        _render(shapes, [{"role": "user", "content": "x"}], {})
 
 
 def test_values_that_are_not_json_are_rendered_every_time(qwen_tokenizer: Any) -> None:
@@ -216,8 +224,8 @@ def test_values_that_are_not_json_are_rendered_every_time(qwen_tokenizer: Any) -
     template = _compile_jinja_template(source)
     shapes = ShapeCache(template, source)
     messages = [{"role": "user", "content": "x", "extra": {1, 2}}]
-    assert shapes.render(messages, {}) == template.render(messages=messages)
-    assert shapes.learned(messages, {}) is False
+    assert _render(shapes, messages, {}) == template.render(messages=messages)
+    assert shapes.learned(messages, _key({})) is False
 
 
 def test_at_most_max_shapes_are_kept(qwen_tokenizer: Any) -> None:
@@ -226,5 +234,5 @@ def test_at_most_max_shapes_are_kept(qwen_tokenizer: Any) -> None:
     shapes = ShapeCache(template, source, max_shapes=2)
     conversations = [[{"role": "user", "content": "x"}] * n for n in (1, 2, 3)]
     for messages in conversations:
-        shapes.render(messages, {})
-    assert [shapes.learned(m, {}) for m in conversations] == [None, True, True]
+        _render(shapes, messages, {})
+    assert [shapes.learned(m, _key({})) for m in conversations] == [None, True, True]

@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import orjson
+
 from rltap.chat.template_shapes import ShapeCache
 
 __all__ = ["REASONING_FIELDS", "CompiledChatTemplate"]
@@ -31,6 +33,25 @@ def _prepare(message: Mapping[str, Any]) -> dict[str, Any]:
         if reasoning is not None:
             return {"thinking": reasoning, **prepared, "reasoning_content": reasoning}
     return prepared
+
+
+def _context_key(
+    tools: Sequence[Mapping[str, Any]] | None,
+    template_kwargs: Mapping[str, Any] | None,
+    add_generation_prompt: bool,
+) -> tuple[bytes, bytes, bool] | None:
+    """What the template variables besides the messages come to, as a shape key; None when
+    they are not JSON. Tools are not sorted: a tool's key order shows in its JSON."""
+    try:
+        return (
+            orjson.dumps(tools) if tools else b"",
+            orjson.dumps(template_kwargs, option=orjson.OPT_NON_STR_KEYS)
+            if template_kwargs
+            else b"",
+            add_generation_prompt,
+        )
+    except TypeError:
+        return None
 
 
 class CompiledChatTemplate:
@@ -54,14 +75,18 @@ class CompiledChatTemplate:
         add_generation_prompt: bool,
         template_kwargs: Mapping[str, Any] | None,
     ) -> str:
-        context = {
-            **self._special_tokens,
-            **(template_kwargs or {}),
-            "tools": [dict(t) for t in tools] if tools else None,
-            "documents": None,
-            "add_generation_prompt": add_generation_prompt,
-        }
+        def context() -> dict[str, Any]:
+            return {
+                **self._special_tokens,
+                **(template_kwargs or {}),
+                "tools": [dict(t) for t in tools] if tools else None,
+                "documents": None,
+                "add_generation_prompt": add_generation_prompt,
+            }
+
         prepared = [_prepare(m) for m in messages]
         if self._shapes is not None:
-            return self._shapes.render(prepared, context)
-        return str(self._template.render(messages=prepared, **context))
+            key = _context_key(tools, template_kwargs, add_generation_prompt)
+            if key is not None:
+                return self._shapes.render(prepared, context, key)
+        return str(self._template.render(messages=prepared, **context()))

@@ -26,12 +26,13 @@ Not seen: a text used as the needle of Python's `in` on another string (`text in
 template we know of does that.
 
 Which strings are texts: every string in the messages except the values of `role`, `type` and
-`name` (templates compare those), and except empty strings. Those, the other values, every key,
-the tools and the template arguments make up the shape.
+`name` (templates compare those), and except empty strings. Those, the other values and every key
+make up the shape, with a key that the caller gives for the other template variables (tools,
+template arguments).
 
 Usage:
     shapes = ShapeCache(template, source)     # a compiled jinja2 Template and its source
-    text = shapes.render(messages, context)   # context: every other template variable
+    text = shapes.render(messages, lambda: {"add_generation_prompt": True}, context_key=(True,))
 """
 
 from __future__ import annotations
@@ -40,11 +41,10 @@ import functools
 import operator
 import re
 import secrets
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from types import GeneratorType
 from typing import Any
 
-import orjson
 from jinja2.runtime import Macro
 
 __all__ = ["ShapeCache"]
@@ -222,25 +222,35 @@ class ShapeCache:
         self._shapes: dict[Any, Any] = {}
         self._max_shapes = max_shapes
 
-    def render(self, messages: list[dict[str, Any]], context: Mapping[str, Any]) -> str:
+    def render(
+        self,
+        messages: list[dict[str, Any]],
+        context: Callable[[], Mapping[str, Any]],
+        context_key: Hashable,
+    ) -> str:
+        """The template's output for `messages`.
+
+        `context()` gives the other template variables, built only when the template renders;
+        `context_key` stands for them in the shape (equal keys, equal contexts).
+        """
         texts: list[str] = []
         try:
-            key = (_shape(messages, texts, None), orjson.dumps(context, option=_KEY_OPTIONS))
-        except (_Unshapeable, TypeError):
-            return str(self._template.render(messages=messages, **context))
+            key = (_shape(messages, texts, None), context_key)
+        except _Unshapeable:
+            return str(self._template.render(messages=messages, **context()))
         slots = self._shapes.get(key)
         if slots is None:
-            slots = self._learn(key, messages, context, len(texts))
+            slots = self._learn(key, messages, context(), len(texts))
         if slots is _UNCACHEABLE:
-            return str(self._template.render(messages=messages, **context))
+            return str(self._template.render(messages=messages, **context()))
         return "".join([slot if type(slot) is str else texts[slot] for slot in slots])
 
-    def learned(self, messages: list[dict[str, Any]], context: Mapping[str, Any]) -> bool | None:
+    def learned(self, messages: list[dict[str, Any]], context_key: Hashable) -> bool | None:
         """Whether the shape of this conversation is filled in (True), always rendered (False),
         or not seen yet (None)."""
         try:
-            key = (_shape(messages, [], None), orjson.dumps(context, option=_KEY_OPTIONS))
-        except (_Unshapeable, TypeError):
+            key = (_shape(messages, [], None), context_key)
+        except _Unshapeable:
             return False
         slots = self._shapes.get(key)
         return None if slots is None else slots is not _UNCACHEABLE
@@ -335,7 +345,3 @@ class ShapeCache:
 
     def _str_join(self, parts: Iterable[Any]) -> str:
         return self._concat([str(part) for part in parts])
-
-
-# Not sorted: the order of a tool's keys shows in its JSON, so it is part of the shape.
-_KEY_OPTIONS = orjson.OPT_NON_STR_KEYS

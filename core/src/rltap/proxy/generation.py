@@ -111,13 +111,14 @@ class GenerationEndpoint:
             raise http_error(405, "Method Not Allowed")
         record = state.store.session_for_key(_key(headers))
         canonical = exchange.parse(api, parse_json(await read_body(receive, limit)))
+        loop = asyncio.get_running_loop()
         record.call_started()
 
         def done(generations: list[Generation]) -> None:
             record.call_finished()
             state.store.touch(record)
-            if generations:
-                _observe(state.metrics, api, started, generations)
+            if generations:  # counted once the reply is on its way: the client need not wait
+                loop.call_soon(_observe, state.metrics, api, started, generations)
 
         return await exchange.reply(record.session, canonical, done)
 
