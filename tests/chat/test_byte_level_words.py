@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 import string
 from typing import Any
 
@@ -11,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import Regex, Tokenizer, models, pre_tokenizers
 
-from rltap.chat.byte_level_words import ByteLevelWords
+from rltap.chat.byte_level_words import ByteLevelWords, _ascii_pattern
 from rltap.chat.piece_encoder import PieceEncoder
 
 ASCII = st.text(alphabet=st.characters(max_codepoint=127), max_size=60)
@@ -108,3 +109,25 @@ def test_the_word_cache_is_bounded(qwen_backend: Any) -> None:
     for text in ("a", "b", "c", "d", "hello", "a"):
         assert words.encode(text) == qwen_backend.encode(text, add_special_tokens=False).ids
     assert len(words._words) <= 3
+
+
+@pytest.mark.parametrize(
+    ("pattern", "translated"),
+    [
+        pytest.param(r"\p{L}+|\p{N}", "[a-zA-Z]+|[0-9]", id="outside-a-class"),
+        pytest.param(r"[^\r\n\p{L}\p{N}]?", r"[^\r\na-zA-Z0-9]?", id="inside-a-class"),
+        pytest.param(r"[]\p{L}]", "[]a-zA-Z]", id="leading-bracket-is-literal"),
+        pytest.param(r"[^]x]\p{N}", "[^]x][0-9]", id="leading-bracket-after-caret"),
+        pytest.param(r"\\p{L}", r"\\p{L}", id="escaped-backslash"),
+        pytest.param(r"\p{Lu}", None, id="other-property"),
+        pytest.param(r"\P{L}", None, id="negated-property"),
+        pytest.param(r"[a[b]]", None, id="class-in-a-class"),
+    ],
+)
+def test_ascii_spelling_of_unicode_classes(pattern: str, translated: str | None) -> None:
+    assert _ascii_pattern(pattern) == translated
+
+
+def test_the_qwen_pattern_runs_on_the_standard_re_module(words: ByteLevelWords) -> None:
+    # The exhaustive tests above then check the translated pattern against the tokenizer.
+    assert getattr(words._findall, "__self__", None).__class__ is re.Pattern

@@ -44,6 +44,7 @@ from typing import Any
 import orjson
 from jinja2 import TemplateError
 
+from rltap.chat.byte_level_decoder import ByteLevelDecoder
 from rltap.chat.piece_encoder import PieceEncoder
 from rltap.chat.template_render import REASONING_FIELDS, CompiledChatTemplate
 from rltap.errors import InvalidRequest
@@ -126,7 +127,9 @@ class ChatRenderer:
         plain = self._backend is not None and not getattr(
             tokenizer, "clean_up_tokenization_spaces", False
         )
-        self._decoder: Any = self._backend if plain else tokenizer
+        self._decoder: Any = tokenizer
+        if plain:
+            self._decoder = ByteLevelDecoder.for_backend(self._backend) or self._backend
         self._end_of_turn = end_of_turn if end_of_turn is not None else str(tokenizer.eos_token)
         self._end_of_turn_ids = tuple(self._encode(self._end_of_turn))
         if not self._end_of_turn_ids:
