@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from pydantic import ValidationError
 
 from rltap.canonical import canonical_message
 from rltap.chat.parsed import (
@@ -27,6 +28,7 @@ from rltap.chat.parsed import (
 )
 from rltap.errors import EngineError, InvalidRequest, RltapError
 from rltap.protocols import openai_chat as proto
+from rltap.protocols._validation import validation_error_to_invalid_request
 from rltap.protocols.base import (
     CanonicalRequest,
     FinishReason,
@@ -37,6 +39,7 @@ from rltap.protocols.base import (
     SSEEvent,
     StreamEvent,
 )
+from rltap.protocols.openai_chat.request import _ChatCompletionBody, to_canonical
 from rltap.types import ModelResponse, StopReason
 
 USER = {"role": "user", "content": "hi"}
@@ -375,6 +378,62 @@ def test_a_long_history_of_plain_messages_is_checked_message_by_message() -> Non
         proto.parse_request({"messages": bad})
     assert info.value.param == "messages[100].content"
     assert proto.parse_request({"messages": history}).messages == history
+
+
+_ODD_VALUES = st.sampled_from(
+    [None, True, False, 0, 1, -1, 128, 129, 10**20, 0.0, -0.0, 0.5, 1.0, 1.5, 2, "1", "x", [], {}]
+) | st.floats(allow_nan=True, allow_infinity=True)
+# Mostly values the fast path takes (so both paths are compared on it), sometimes odd ones.
+_VALID_VALUES = {
+    "model": st.text(max_size=4),
+    "max_tokens": st.integers(1, 10**25),
+    "max_completion_tokens": st.integers(1, 10**6),
+    "temperature": st.integers(0, 3) | st.floats(0, 3),
+    "top_p": st.just(1) | st.floats(0, 1, exclude_min=True),
+    "n": st.integers(1, 128),
+    "seed": st.integers(-(2**70), 2**70),
+    "stream": st.booleans(),
+    "stop": st.text(max_size=3),  # not a key the fast path takes
+}
+_SIMPLE_BODIES = st.fixed_dictionaries(
+    {
+        "messages": st.sampled_from(
+            [[USER], [USER, {"role": "assistant", "content": "a"}], [USER] * 3, [], "x"]
+        )
+    },
+    optional={key: st.one_of(*[valid] * 4, _ODD_VALUES) for key, valid in _VALID_VALUES.items()},
+)
+
+
+def _through_the_wire_model(body: dict[str, Any]) -> Any:
+    try:
+        return to_canonical(_ChatCompletionBody.model_validate(body))
+    except ValidationError as exc:
+        return validation_error_to_invalid_request(exc)
+    except InvalidRequest as exc:
+        return exc
+
+
+_PLAIN_BODIES = st.fixed_dictionaries(
+    {"messages": st.sampled_from([[USER], [USER, {"role": "assistant", "content": "a"}]])},
+    optional={key: valid for key, valid in _VALID_VALUES.items() if key != "stop"},
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(body=_SIMPLE_BODIES | _PLAIN_BODIES)
+def test_a_plain_body_parses_as_the_wire_model_parses_it(body: dict[str, Any]) -> None:
+    # parse_request takes common bodies without the pydantic model; the result must not differ.
+    expected = _through_the_wire_model(body)
+    if isinstance(expected, InvalidRequest):
+        with pytest.raises(InvalidRequest) as info:
+            proto.parse_request(body)
+        assert (str(info.value), info.value.param) == (str(expected), expected.param)
+        return
+    parsed = proto.parse_request(body)
+    assert parsed == expected
+    assert type(parsed.temperature) is type(expected.temperature)
+    assert type(parsed.top_p) is type(expected.top_p)
 
 
 def test_missing_model_defaults_to_empty() -> None:

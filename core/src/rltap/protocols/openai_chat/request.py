@@ -13,6 +13,7 @@ Messages keep the Chat Completions form, which is the canonical form: `developer
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, NotRequired, cast
 
@@ -163,11 +164,93 @@ def parse_request(body: Mapping[str, Any]) -> CanonicalRequest:
     if not isinstance(body, Mapping):
         msg = "The request body must be a JSON object."
         raise InvalidRequest(msg)
+    plain = _PlainBody.of(body)
+    if plain is not None:
+        return to_canonical(cast(ChatCompletionRequest, plain))
     try:
         wire = _ChatCompletionBody.model_validate(body)
     except ValidationError as exc:
         raise validation_error_to_invalid_request(exc) from exc
     return to_canonical(wire)
+
+
+def _count(value: Any, low: int, high: float) -> bool:
+    return type(value) is int and low <= value <= high
+
+
+def _real(value: Any) -> bool:
+    return (type(value) is float or type(value) is int) and math.isfinite(value)
+
+
+class _PlainBody:
+    """A body of the most common kind, taken as is: what the wire model would give for it.
+
+    Most calls send only messages, a model name, a token limit and sampling numbers, each
+    already of its exact type and in range. For those, `ChatCompletionRequest` validation
+    would change nothing (an int temperature becomes a float, as here), so it is skipped; any
+    other key, type or value goes through the model, errors included. A test checks both paths
+    agree on generated bodies.
+    """
+
+    model: str | None = None
+    messages: list[Any]
+    tools = None
+    tool_choice = None
+    parallel_tool_calls = None
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k = None
+    n: int = 1
+    stop = None
+    seed: int | None = None
+    logprobs = None
+    top_logprobs = None
+    stream: bool | None = None
+    stream_options = None
+    chat_template_kwargs = None
+    metadata = None
+
+    @classmethod
+    def of(cls, body: Mapping[str, Any]) -> _PlainBody | None:
+        if type(body) is not dict or not body.keys() <= _PLAIN_KEYS:
+            return None
+        messages = body.get("messages")
+        model = body.get("model")
+        max_tokens = body.get("max_tokens")
+        max_completion_tokens = body.get("max_completion_tokens")
+        temperature = body.get("temperature")
+        top_p = body.get("top_p")
+        n = body.get("n", 1)
+        seed = body.get("seed")
+        stream = body.get("stream")
+        if not (
+            type(messages) is list
+            and messages
+            and (model is None or type(model) is str)
+            and (max_tokens is None or _count(max_tokens, 1, math.inf))
+            and (max_completion_tokens is None or _count(max_completion_tokens, 1, math.inf))
+            and (temperature is None or (_real(temperature) and temperature >= 0))
+            and (top_p is None or (_real(top_p) and 0 < top_p <= 1))
+            and _count(n, 1, 128)
+            and (seed is None or type(seed) is int)
+            and (stream is None or type(stream) is bool)
+        ):
+            return None
+        plain = cls()
+        plain.__dict__.update(body)
+        plain.temperature = None if temperature is None else float(temperature)
+        plain.top_p = None if top_p is None else float(top_p)
+        return plain
+
+
+_PLAIN_KEYS = frozenset(
+    {
+        "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "n",
+        "seed", "stream",
+    }
+)  # fmt: skip
 
 
 def _invalid(path: tuple[str | int, ...], reason: str) -> InvalidRequest:
