@@ -43,6 +43,23 @@ from rltap.protocols.openai_chat.request import _ChatCompletionBody, to_canonica
 from rltap.types import ModelResponse, StopReason
 
 USER = {"role": "user", "content": "hi"}
+SYSTEM_MESSAGE = {"role": "system", "content": "Be brief."}
+# Messages whose canonical form is themselves, and ones that change (developer, parts) or fail.
+_KNOWN_CHOICES = [
+    {"role": "user", "content": "hi"},
+    {"role": "assistant", "content": "a"},
+    {"role": "developer", "content": "d"},
+    {"role": "user", "content": [{"type": "text", "text": "p", "x": 1}]},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+        ],
+    },
+    {"role": "tool", "tool_call_id": "c", "content": "r"},
+    {"role": "user", "content": 5},
+]
 PROMPT_LEN = 7
 CREATED = 1_700_000_000.75
 
@@ -434,6 +451,46 @@ def test_a_plain_body_parses_as_the_wire_model_parses_it(body: dict[str, Any]) -
     assert parsed == expected
     assert type(parsed.temperature) is type(expected.temperature)
     assert type(parsed.top_p) is type(expected.top_p)
+
+
+def test_known_leading_messages_are_taken_as_they_are() -> None:
+    first = proto.parse_request({"messages": [SYSTEM_MESSAGE, USER]})
+    history = [SYSTEM_MESSAGE, USER, {"role": "assistant", "content": "a"}, USER]
+    body = {"messages": json.loads(json.dumps(history))}
+    request = proto.parse_request(body, first.messages)
+    assert request == proto.parse_request(json.loads(json.dumps(body)))
+    assert all(m is k for m, k in zip(request.messages, first.messages, strict=False))
+
+
+def test_a_bad_message_after_known_ones_is_named_by_its_place() -> None:
+    known = proto.parse_request({"messages": [USER, USER]}).messages
+    with pytest.raises(InvalidRequest) as info:
+        proto.parse_request({"messages": [USER, USER, {"role": "user", "content": 5}]}, known)
+    assert info.value.param == "messages[2].content"
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    known=st.lists(st.sampled_from(_KNOWN_CHOICES), max_size=4),
+    sent=st.lists(st.sampled_from(_KNOWN_CHOICES), min_size=1, max_size=6),
+)
+def test_known_messages_never_change_the_result(
+    known: list[dict[str, Any]], sent: list[dict[str, Any]]
+) -> None:
+    body = {"messages": json.loads(json.dumps(sent))}
+    try:
+        canonical_known = proto.parse_request({"messages": known}).messages if known else []
+    except InvalidRequest:
+        return  # known messages come from a request that was accepted
+    expected = _parsed_or_error(json.loads(json.dumps(body)), [])
+    assert _parsed_or_error(body, canonical_known) == expected
+
+
+def _parsed_or_error(body: dict[str, Any], known: list[dict[str, Any]]) -> Any:
+    try:
+        return proto.parse_request(body, known)
+    except InvalidRequest as exc:
+        return (str(exc), exc.param)
 
 
 def test_missing_model_defaults_to_empty() -> None:

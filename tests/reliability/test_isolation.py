@@ -133,12 +133,12 @@ def test_keys_are_compared_in_constant_time_and_stored_as_digests(
     store = SessionStore(admin_key, lambda sid: Session(held_engine, renderer, session_id=sid))
 
     def digest(key: str) -> bytes:
-        return hashlib.sha256(key.encode()).digest()
+        return hashlib.blake2b(key.encode(), digest_size=32).digest()
 
     store.require_admin(admin_key)
     with pytest.raises(AuthenticationError, match="invalid API key"):
         store.require_admin("admin-key-under-test-0123456780")
-    # Both were SHA-256 digests compared with hmac.compare_digest, never the keys themselves.
+    # Both were BLAKE2b digests compared with hmac.compare_digest, never the keys themselves.
     assert compared == [
         (digest(admin_key), digest(admin_key)),
         (digest("admin-key-under-test-0123456780"), digest(admin_key)),

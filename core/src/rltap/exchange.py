@@ -8,7 +8,7 @@ errors after it are sent as the API's error event and end the stream.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -49,7 +49,11 @@ def api_for_path(path: str) -> Api:
     raise InvalidRequest(msg)
 
 
-def parse(api: Api, body: dict[str, Any]) -> CanonicalRequest:
+def parse(api: Api, body: dict[str, Any], known: Sequence[dict[str, Any]] = ()) -> CanonicalRequest:
+    """`body` as a canonical request; `known`: the session's last messages (see
+    `openai_chat.parse_request`, the API whose clients resend the whole history)."""
+    if api == "chat":
+        return openai_chat.parse_request(body, known)
     request: CanonicalRequest = PROTOCOLS[api].parse_request(body)
     return request
 

@@ -88,6 +88,8 @@ class Session:
         self.config = config or SessionConfig()
         self.cache = cache if cache is not None else InteractionCache()
         self._stop_ids = frozenset(renderer.stop_token_ids)
+        # The messages of the latest request: the next one mostly starts with them.
+        self.recent_messages: list[dict[str, Any]] = []
 
     async def generate(self, request: CanonicalRequest) -> list[Generation]:
         """Every choice of `request`, finished."""
@@ -112,6 +114,7 @@ class Session:
         return self._merge(request, messages)
 
     def _resolve_history(self, request: CanonicalRequest) -> list[dict[str, Any]]:
+        self.recent_messages = request.messages
         if request.previous_response_id is None:
             return request.messages
         previous = self.cache.get(request.previous_response_id)

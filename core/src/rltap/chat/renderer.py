@@ -39,7 +39,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from jinja2 import TemplateError
@@ -204,12 +204,14 @@ class ChatRenderer:
                 template_kwargs=template_kwargs,
             )
         closing = [] if self.ends_turn(prefix.token_ids) else list(self._end_of_turn_ids)
-        reused = list(prefix.token_ids)
-        return RenderedPrompt(
-            input_ids=[*reused, *closing, *self._encode(delta)],
-            reused_len=len(reused),
-            closing_len=len(closing),
-        )
+        # The parent's ids are the bulk of a long conversation's prompt: copied once, here (a
+        # ParentTokens built just above holds a fresh list already, extended in place).
+        fresh = prefix is not parent
+        ids = cast(list[int], prefix.token_ids) if fresh else list(prefix.token_ids)
+        reused_len = len(ids)
+        ids += closing
+        ids += self._encode(delta)
+        return RenderedPrompt(input_ids=ids, reused_len=reused_len, closing_len=len(closing))
 
     def render_full(
         self,

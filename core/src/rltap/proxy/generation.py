@@ -110,7 +110,8 @@ class GenerationEndpoint:
         if scope["method"] != "POST":
             raise http_error(405, "Method Not Allowed")
         record = state.store.session_for_key(_key(headers))
-        canonical = exchange.parse(api, parse_json(await read_body(receive, limit)))
+        body = parse_json(await read_body(receive, limit))
+        canonical = exchange.parse(api, body, known=record.session.recent_messages)
         loop = asyncio.get_running_loop()
         record.call_started()
 

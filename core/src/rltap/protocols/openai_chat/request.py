@@ -14,7 +14,7 @@ Messages keep the Chat Completions form, which is the canonical form: `developer
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal, NotRequired, cast
 
 import orjson
@@ -156,22 +156,27 @@ _MESSAGE = TypeAdapter(ChatMessage)
 _PLAIN_ROLES = frozenset({"system", "user", "assistant"})
 
 
-def parse_request(body: Mapping[str, Any]) -> CanonicalRequest:
+def parse_request(
+    body: Mapping[str, Any], known: Sequence[dict[str, Any]] = ()
+) -> CanonicalRequest:
     """Validate a Chat Completions body and convert it to a `CanonicalRequest`.
 
-    Raises `InvalidRequest` (with `param`) when the body is not a valid request.
+    `known` may hold canonical messages of an earlier request (the session's last one): when
+    the body's messages start with them, as an agent's next call does, those are taken as they
+    are instead of being checked again. Raises `InvalidRequest` (with `param`) when the body is
+    not a valid request.
     """
     if not isinstance(body, Mapping):
         msg = "The request body must be a JSON object."
         raise InvalidRequest(msg)
     plain = _PlainBody.of(body)
     if plain is not None:
-        return to_canonical(cast(ChatCompletionRequest, plain))
+        return to_canonical(cast(ChatCompletionRequest, plain), known)
     try:
         wire = _ChatCompletionBody.model_validate(body)
     except ValidationError as exc:
         raise validation_error_to_invalid_request(exc) from exc
-    return to_canonical(wire)
+    return to_canonical(wire, known)
 
 
 def _count(value: Any, low: int, high: float) -> bool:
@@ -263,17 +268,26 @@ def _missing(path: tuple[str | int, ...]) -> InvalidRequest:
     return InvalidRequest(f"Missing required parameter: '{param}'.", param=param)
 
 
-def to_canonical(wire: ChatCompletionRequest) -> CanonicalRequest:
+def to_canonical(
+    wire: ChatCompletionRequest, known: Sequence[dict[str, Any]] = ()
+) -> CanonicalRequest:
     """The canonical form of a validated request (cross-field checks raise `InvalidRequest`).
 
-    The messages and tools of `wire` are reused (and normalised in place), not copied.
+    The messages and tools of `wire` are reused (and normalised in place), not copied. Leading
+    messages equal to `known` (canonical messages) are `known`'s, unchecked: a canonical
+    message is its own canonical form.
     """
     tools = [_tool(tool) for tool in wire.tools or []] or None
     if wire.top_logprobs and not wire.logprobs:
         raise _invalid(("top_logprobs",), "it requires 'logprobs' to be true.")
     max_tokens = wire.max_completion_tokens or wire.max_tokens
     include_usage = bool(wire.stream and wire.stream_options and wire.stream_options.include_usage)
-    messages: list[dict[str, Any]] = [
+    raw = cast(list[Any], wire.messages)
+    start = len(known)
+    if not 0 < start <= len(raw) or raw[:start] != known:
+        start = 0
+    messages: list[dict[str, Any]] = [*known[:start]]
+    messages += [
         # Inlined plain-message check: a long history is mostly plain messages.
         m
         if type(m) is dict
@@ -281,7 +295,7 @@ def to_canonical(wire: ChatCompletionRequest) -> CanonicalRequest:
         and type(m.get("content")) is str
         and m.get("role") in _PLAIN_ROLES
         else _checked_message(m, i)
-        for i, m in enumerate(cast(list[Any], wire.messages))
+        for i, m in enumerate(raw[start:], start)
     ]
     return CanonicalRequest(
         api="chat",
