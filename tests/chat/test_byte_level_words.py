@@ -131,3 +131,9 @@ def test_ascii_spelling_of_unicode_classes(pattern: str, translated: str | None)
 def test_the_qwen_pattern_runs_on_the_standard_re_module(words: ByteLevelWords) -> None:
     # The exhaustive tests above then check the translated pattern against the tokenizer.
     assert getattr(words._findall, "__self__", None).__class__ is re.Pattern
+
+
+def test_long_words_are_encoded_but_not_cached(qwen_backend: Any, words: ByteLevelWords) -> None:
+    text = "x" * 5000
+    assert words.encode(text) == qwen_backend.encode(text, add_special_tokens=False).ids
+    assert text not in words._words

@@ -236,3 +236,27 @@ def test_at_most_max_shapes_are_kept(qwen_tokenizer: Any) -> None:
     for messages in conversations:
         _render(shapes, messages, {})
     assert [shapes.learned(m, _key({})) for m in conversations] == [None, True, True]
+
+
+def test_remembered_text_is_bounded_in_characters(qwen_tokenizer: Any) -> None:
+    source = "{{ prefix }}{% for m in messages %}{{ m.content }}{% endfor %}"
+    template = _compile_jinja_template(source)
+    shapes = ShapeCache(template, source, max_chars=8000)
+
+    def render(n: int, prefix: str) -> str:
+        messages = [{"role": "user", "content": "a"}] * n
+        # The context key is the prefix's length: small, so only the fixed text counts.
+        return shapes.render(messages, lambda: {"prefix": prefix}, len(prefix))
+
+    def learned(n: int, prefix: str) -> bool | None:
+        return shapes.learned([{"role": "user", "content": "a"}] * n, len(prefix))
+
+    small, big = "x" * 900, "y" * 1100  # big: over 8000 // 8 characters, never kept
+    assert render(1, small) == "x" * 900 + "a"
+    assert render(3, big) == "y" * 1100 + "aaa"
+    assert learned(1, small) is True
+    assert learned(3, big) is False
+    for n in range(2, 12):  # 900 fixed characters each: the oldest make room
+        render(n, small)
+    assert learned(1, small) is None
+    assert learned(11, small) is True

@@ -50,10 +50,14 @@ BYTE_TO_UNICODE = _byte_to_unicode()
 """The character each byte 0-255 is written as in a byte-level BPE vocabulary."""
 
 
+# Words longer than this are encoded every time they occur, so the cache stays small.
+_MAX_CACHED_WORD = 64
+
+
 class ByteLevelWords:
     """`backend.encode(text, add_special_tokens=False).ids` for ASCII text without added tokens.
 
-    At most `max_words` words are cached (oldest out first).
+    At most `max_words` words of up to 64 characters are cached (oldest out first).
     """
 
     def __init__(self, model: Any, pattern: str, *, max_words: int = 65536) -> None:
@@ -106,9 +110,10 @@ class ByteLevelWords:
     def _encode_word(self, word: str) -> list[int]:
         mapped = "".join([BYTE_TO_UNICODE[b] for b in word.encode()])
         word_ids = [token.id for token in self._model.tokenize(mapped)]
-        if len(self._words) >= self._max_words:
-            del self._words[next(iter(self._words))]
-        self._words[word] = word_ids
+        if len(word) <= _MAX_CACHED_WORD:  # a long run of letters is rare: not worth its memory
+            if len(self._words) >= self._max_words:
+                del self._words[next(iter(self._words))]
+            self._words[word] = word_ids
         return word_ids
 
 

@@ -71,6 +71,17 @@ _SENTINEL_HEAD = " \n\x00"
 _SENTINEL_TAIL = "<&'\"\\>\x00\n "
 
 
+def _fixed_chars(parts: Any) -> int:
+    """The size of the strings and bytes among `parts` (a shape's slots, or its context key)."""
+    if parts is _UNCACHEABLE:
+        return 0
+    if isinstance(parts, (str, bytes)):
+        return len(parts)
+    if isinstance(parts, (list, tuple)):
+        return sum(_fixed_chars(part) for part in parts)
+    return 0
+
+
 class _Unshapeable(Exception):
     """A value whose shape can't be keyed (not plain JSON data)."""
 
@@ -214,13 +225,22 @@ class ShapeCache:
     shape, not once per call.
     """
 
-    def __init__(self, template: Any, source: str, *, max_shapes: int = 2048) -> None:
+    def __init__(
+        self,
+        template: Any,
+        source: str,
+        *,
+        max_shapes: int = 2048,
+        max_chars: int = 16 * 1024 * 1024,
+    ) -> None:
         self._template = template
         self._source = source
         self._probe_template: Any = None
         self._probing: _Probing | None = None
         self._shapes: dict[Any, Any] = {}
         self._max_shapes = max_shapes
+        self._max_chars = max_chars
+        self._chars = 0  # the fixed text held by every remembered shape
 
     def render(
         self,
@@ -269,10 +289,22 @@ class ShapeCache:
             found = probing.slots(str.__str__(output))
             if found is not None:
                 slots = found
-        if len(self._shapes) >= self._max_shapes:
-            del self._shapes[next(iter(self._shapes))]
-        self._shapes[key] = slots
+        self._remember(key, slots)
         return slots
+
+    def _remember(self, key: Any, slots: Any) -> None:
+        """Keep a shape, dropping the oldest ones while over either bound."""
+        chars = _fixed_chars(slots) + _fixed_chars(key[1:])
+        if chars > self._max_chars // 8:  # one huge shape (giant tools) would push out the rest
+            slots = _UNCACHEABLE
+            chars = 0
+        while self._shapes and (
+            len(self._shapes) >= self._max_shapes or self._chars + chars > self._max_chars
+        ):
+            oldest = next(iter(self._shapes))
+            self._chars -= _fixed_chars(self._shapes.pop(oldest)) + _fixed_chars(oldest[1:])
+        self._shapes[key] = slots
+        self._chars += chars
 
     def _probe_render(
         self, probing: _Probing, messages: list[Any], context: Mapping[str, Any]
