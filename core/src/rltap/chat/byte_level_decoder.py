@@ -19,11 +19,10 @@ Usage:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
-from rltap.chat.byte_level_words import BYTE_TO_UNICODE
+from rltap.chat.byte_level_words import BYTE_TO_UNICODE, component_config, is_plain_bpe
 
 __all__ = ["ByteLevelDecoder"]
 
@@ -46,13 +45,13 @@ class ByteLevelDecoder:
     def for_backend(cls, backend: Any) -> ByteLevelDecoder | None:
         """The decoder for a `tokenizers.Tokenizer` with a ByteLevel decoder, else None."""
         try:
-            config = json.loads(backend.to_str())
+            if component_config(backend.decoder).get("type") != "ByteLevel":
+                return None
+            if not is_plain_bpe(backend):
+                return None
             vocab: dict[str, int] = backend.get_vocab(with_added_tokens=False)
             added = backend.get_added_tokens_decoder()
         except (AttributeError, ValueError, TypeError):
-            return None
-        decoder = config.get("decoder") or {}
-        if decoder.get("type") != "ByteLevel" or (config.get("model") or {}).get("type") != "BPE":
             return None
         size = max([*vocab.values(), *added.keys(), -1]) + 1
         table: list[bytes | None] = [None] * size

@@ -31,7 +31,7 @@ from typing import Any
 
 import regex
 
-__all__ = ["BYTE_TO_UNICODE", "ByteLevelWords"]
+__all__ = ["BYTE_TO_UNICODE", "ByteLevelWords", "component_config", "is_plain_bpe"]
 
 
 def _byte_to_unicode() -> list[str]:
@@ -70,17 +70,11 @@ class ByteLevelWords:
     def for_backend(cls, backend: Any) -> ByteLevelWords | None:
         """The encoder for a `tokenizers.Tokenizer` of the supported structure, else None."""
         try:
-            config = json.loads(backend.to_str())
+            pattern = _split_pattern(component_config(backend.pre_tokenizer))
+            normalizer = component_config(backend.normalizer) or {"type": "NFC"}
         except (AttributeError, ValueError, TypeError):
             return None
-        pattern = _split_pattern(config)
-        model = config.get("model") or {}
-        if (
-            pattern is None
-            or model.get("type") != "BPE"
-            or model.get("dropout") not in (None, 0.0)
-            or (config.get("normalizer") or {"type": "NFC"}).get("type") != "NFC"
-        ):
+        if pattern is None or not is_plain_bpe(backend) or normalizer.get("type") != "NFC":
             return None
         try:
             regex.compile(pattern)
@@ -165,10 +159,25 @@ def _ascii_pattern(pattern: str) -> str | None:
     return "".join(out)
 
 
-def _split_pattern(config: dict[str, Any]) -> str | None:
+def component_config(component: Any) -> dict[str, Any]:
+    """The JSON settings of a tokenizer component (normalizer, pre-tokenizer, decoder); {} for
+    None. Read from the component alone: `Tokenizer.to_str()` would serialise the whole
+    vocabulary, half a second for Qwen's."""
+    if component is None:
+        return {}
+    config = json.loads(component.__getstate__())
+    return config if isinstance(config, dict) else {}
+
+
+def is_plain_bpe(backend: Any) -> bool:
+    """Whether the tokenizer's model is BPE without dropout (each word always one way)."""
+    model = backend.model
+    return type(model).__name__ == "BPE" and getattr(model, "dropout", None) in (None, 0.0)
+
+
+def _split_pattern(pre: dict[str, Any]) -> str | None:
     """The Split regex of a `Sequence[Split(regex, Isolated), ByteLevel(no prefix, no regex)]`
     pre-tokenizer, or None for any other pre-tokenizer."""
-    pre = config.get("pre_tokenizer") or {}
     steps = pre.get("pretokenizers") if pre.get("type") == "Sequence" else None
     if not steps or len(steps) != 2:
         return None
