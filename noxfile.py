@@ -40,5 +40,5 @@ def _install(session: nox.Session, *requirements: str) -> None:
 @nox.parametrize("framework", FRAMEWORKS)
 def integration(session: nox.Session, framework: str) -> None:
     """Install core + one adapter with its framework, then run that adapter's tests."""
-    _install(session, "-e", "core", "-e", f"integrations/{framework}", *TEST_TOOLS)
+    _install(session, "-e", "core[embedded]", "-e", f"integrations/{framework}", *TEST_TOOLS)
     session.run("pytest", "-q", "-p", "no:cacheprovider", f"integrations/{framework}/tests")

@@ -9,28 +9,29 @@ from __future__ import annotations
 import base64
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["decode_tensor", "decode_tensors", "encode_tensor", "encode_tensors"]
 
-_DTYPES: dict[str, tuple[torch.dtype, np.dtype[Any]]] = {
-    "int32": (torch.int32, np.dtype("<i4")),
-    "float32": (torch.float32, np.dtype("<f4")),
-    "bool": (torch.bool, np.dtype("?")),
+# By torch's own dtype names; torch is imported on first use, so the proxy imports without it.
+_DTYPES: dict[str, np.dtype[Any]] = {
+    "int32": np.dtype("<i4"),
+    "float32": np.dtype("<f4"),
+    "bool": np.dtype("?"),
 }
-_NAMES = {torch_dtype: name for name, (torch_dtype, _) in _DTYPES.items()}
 
 
 def encode_tensor(tensor: torch.Tensor) -> dict[str, Any]:
-    try:
-        name = _NAMES[tensor.dtype]
-    except KeyError:
+    name = str(tensor.dtype).removeprefix("torch.")
+    if name not in _DTYPES:
         msg = f"cannot encode dtype {tensor.dtype}; expected one of {sorted(_DTYPES)}"
-        raise ValueError(msg) from None
-    array = tensor.detach().cpu().contiguous().numpy().astype(_DTYPES[name][1], copy=False)
+        raise ValueError(msg)
+    array = tensor.detach().cpu().contiguous().numpy().astype(_DTYPES[name], copy=False)
     return {
         "dtype": name,
         "shape": list(tensor.shape),
@@ -39,15 +40,17 @@ def encode_tensor(tensor: torch.Tensor) -> dict[str, Any]:
 
 
 def decode_tensor(encoded: Mapping[str, Any]) -> torch.Tensor:
+    import torch
+
     name = encoded["dtype"]
     if name not in _DTYPES:
         msg = f"unknown dtype {name!r}; expected one of {sorted(_DTYPES)}"
         raise ValueError(msg)
-    torch_dtype, np_dtype = _DTYPES[name]
+    np_dtype = _DTYPES[name]
     array = np.frombuffer(base64.b64decode(encoded["data"]), dtype=np_dtype)
     if sys.byteorder != "little":
         array = array.astype(np_dtype.newbyteorder("="))
-    return torch.from_numpy(array.copy()).reshape(encoded["shape"]).to(torch_dtype)
+    return torch.from_numpy(array.copy()).reshape(encoded["shape"]).to(getattr(torch, name))
 
 
 def encode_tensors(tensors: Mapping[str, torch.Tensor]) -> dict[str, dict[str, Any]]:
