@@ -8,12 +8,15 @@ import pytest
 
 from rltap import errors
 from rltap.adapter import (
+    APIS,
     AgentAdapter,
     Connection,
     FrameworkVersionError,
+    check_api,
     check_framework,
     rltap_error_from,
 )
+from rltap.testing.adapter_suite import STANDARD_TESTS, AdapterStandardTests
 
 
 class _Echo(AgentAdapter):
@@ -108,3 +111,26 @@ def test_streamed_error_events_map_to_rltap_errors(
     wrapped = RuntimeError("the framework wrapped it")
     wrapped.__cause__ = _StreamedError({**body, "message": "boom"})
     assert type(rltap_error_from(wrapped)) is kind
+
+
+def test_api_names_the_two_wire_formats() -> None:
+    assert [check_api(api) for api in APIS] == ["chat", "responses"]
+    with pytest.raises(ValueError, match="api must be one of chat, responses, got 'completions'"):
+        check_api("completions")
+
+
+def test_the_override_guard_covers_every_test_of_the_suite() -> None:
+    declared = {name for name in dir(AdapterStandardTests) if name.startswith("test_")}
+    assert set(STANDARD_TESTS) == declared
+    assert "test_no_overrides" in STANDARD_TESTS
+
+
+@pytest.mark.parametrize("name", STANDARD_TESTS)
+@pytest.mark.parametrize(
+    "replacement",
+    [pytest.param(lambda self: None, id="overridden"), pytest.param(None, id="deleted")],
+)
+def test_changing_a_standard_test_fails_the_guard(name: str, replacement: Any) -> None:
+    changed = type("_Changed", (AdapterStandardTests,), {name: replacement})
+    with pytest.raises(AssertionError, match=f"overrides or deletes the standard test {name}"):
+        AdapterStandardTests.test_no_overrides(changed())

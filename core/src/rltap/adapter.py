@@ -13,6 +13,12 @@ public `run` does the common work (template method, as OpenTelemetry's instrumen
 
 Each adapter declares the framework range it is tested on once (`requirement`); constructing an
 adapter with another version installed fails with both versions named.
+
+Every adapter package has the same shape: `_adapter.py` (the `AgentAdapter` subclass),
+`_client.py` (the framework's model or client on a `Connection`) and `_requirements.py` (the
+supported framework range), and the same option names: `api="chat"|"responses"` where the
+framework speaks both wire formats, `stream: bool`, `reward_fn: RewardFn`, `input_fn: InputFn`.
+Errors are mapped here only; an adapter raises what its framework raised.
 """
 
 from __future__ import annotations
@@ -22,19 +28,38 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal, get_args
 
 from rltap import errors
 
 __all__ = [
+    "APIS",
     "AgentAdapter",
+    "Api",
     "Connection",
     "FrameworkVersionError",
+    "InputFn",
+    "RewardFn",
+    "check_api",
     "check_framework",
     "rltap_error_from",
 ]
 
+# reward_fn(result, data) -> reward: a number for the last reply, {interaction_id: reward}, None.
 RewardFn = Callable[[Any, Any], Any]
+# input_fn(data) -> what the framework's agent is given for a dataset row.
+InputFn = Callable[[Any], Any]
+# The wire format an adapter's model speaks: /v1/chat/completions or /v1/responses.
+Api = Literal["chat", "responses"]
+APIS: tuple[Api, ...] = get_args(Api)
+
+
+def check_api(api: str) -> Api:
+    """`api` when it names a wire format (`"chat"`, `"responses"`); raises ValueError otherwise."""
+    if api not in APIS:
+        msg = f"api must be one of {', '.join(APIS)}, got {api!r}"
+        raise ValueError(msg)
+    return api
 
 
 class FrameworkVersionError(ImportError):

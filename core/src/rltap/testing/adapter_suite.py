@@ -8,9 +8,8 @@ An integration's whole standard suite is a subclass naming its adapter and capab
         wire_formats = ("chat", "responses")
 
         def make_agent(self, *, tools: bool, stream: bool, wire_format: str) -> Any:
-            return LangChainAdapter(build_chain if not tools else build_tool_agent,
-                                    use_responses_api=wire_format == "responses",
-                                    streaming=stream)
+            return LangChainAdapter(build_tool_agent if tools else build_chain,
+                                    api=wire_format, stream=stream)
 
 `make_agent(tools=True, ...)` must give an agent that offers at least one tool to the model and
 runs the tool the model calls; `tools=False` a plain chat agent. Data rows are
@@ -19,7 +18,8 @@ runs the tool the model calls; `tools=False` a plain chat agent. Data rows are
 The suite checks what every adapter must do: requests reach the injected base_url with the injected
 key and HTTP client; two concurrent runs stay in separate sessions; token data is recorded; a tool
 call round-trips; an engine error surfaces as rltap's error type. `test_no_overrides` fails when a
-subclass drops or silently overrides a standard test.
+subclass drops or silently overrides a standard test: every `test_` method of
+`AdapterStandardTests` (`STANDARD_TESTS`, read off the class, so a new test is guarded at once).
 """
 
 from __future__ import annotations
@@ -37,15 +37,6 @@ from rltap.testing.proxy import RunningProxy
 from rltap.testing.scripts import FINAL_PREFIX, echo
 
 __all__ = ["STANDARD_TESTS", "AdapterStandardTests"]
-
-STANDARD_TESTS = (
-    "test_requests_reach_the_injected_base_url_key_and_client",
-    "test_two_concurrent_runs_stay_in_separate_sessions",
-    "test_token_data_is_recorded",
-    "test_tool_call_round_trips",
-    "test_engine_error_surfaces_as_rltap_error",
-    "test_no_overrides",
-)
 
 
 class _CountingClient(httpx.AsyncClient):
@@ -174,3 +165,8 @@ class AdapterStandardTests:
                 f"{type(self).__name__} overrides or deletes the standard test {name}; standard "
                 "tests may not be changed (set a capability flag instead)"
             )
+
+
+STANDARD_TESTS: tuple[str, ...] = tuple(
+    name for name in vars(AdapterStandardTests) if name.startswith("test_")
+)
