@@ -18,9 +18,9 @@ Usage:
 from __future__ import annotations
 
 from rltap_camel._adapter import CamelAdapter, EpisodeFn
-from rltap_camel._model import DEFAULT_CONTEXT_WINDOW, ProxyModel
+from rltap_camel._client import DEFAULT_CONTEXT_WINDOW, ProxyModel
+from rltap_camel._requirements import FRAMEWORK_REQUIREMENT
 from rltap_camel._tokens import ByteTokenCounter, TokenizerTokenCounter
-from rltap_camel._version import FRAMEWORK_REQUIREMENT
 
 __all__ = [
     "DEFAULT_CONTEXT_WINDOW",

@@ -21,9 +21,8 @@ from typing import Any, ClassVar
 from camel.utils import BaseTokenCounter
 
 from rltap.adapter import AgentAdapter, Connection, RewardFn
-from rltap_camel._errors import stream_error_from
-from rltap_camel._model import DEFAULT_CONTEXT_WINDOW, DEFAULT_TIMEOUT, ProxyModel
-from rltap_camel._version import FRAMEWORK_REQUIREMENT
+from rltap_camel._client import DEFAULT_CONTEXT_WINDOW, DEFAULT_TIMEOUT, ProxyModel
+from rltap_camel._requirements import FRAMEWORK_REQUIREMENT
 
 __all__ = ["CamelAdapter", "EpisodeFn"]
 
@@ -104,7 +103,7 @@ class CamelAdapter(AgentAdapter):
     async def _run(self, data: Any, connection: Connection, **kwargs: Any) -> Any:
         episode = self.episode_fn if self.episode_fn is not None else self.episode
         model = self.make_model(connection)
-        try:
+        try:  # what CAMEL raises (HTTP errors, error events in a stream): the base class maps it
             if inspect.iscoroutinefunction(episode):
                 result = await episode(data, model, **kwargs)
             else:
@@ -112,11 +111,6 @@ class CamelAdapter(AgentAdapter):
                 if inspect.isawaitable(result):
                     result = await result
             model.raise_unanswered_failure()
-        except Exception as exc:
-            mapped = stream_error_from(exc)
-            if mapped is None:
-                raise  # the base class maps HTTP errors
-            raise mapped from exc
         finally:
             await model.aclose()
         return result

@@ -1,7 +1,0 @@
-"""The CAMEL-AI versions this adapter is tested on, declared once."""
-
-from __future__ import annotations
-
-__all__ = ["FRAMEWORK_REQUIREMENT"]
-
-FRAMEWORK_REQUIREMENT = "camel-ai>=0.2.79,<0.3"
