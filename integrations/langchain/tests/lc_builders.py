@@ -13,6 +13,7 @@ from langchain_core.runnables import Runnable, RunnableLambda
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 
+from rltap.adapter import check_api
 from rltap.testing.scripts import FINAL_PREFIX
 from rltap_langchain import LangChainAdapter, final_text
 
@@ -95,8 +96,8 @@ def make_adapter(*, tools: bool, stream: bool, wire_format: str) -> LangChainAda
     """
     return LangChainAdapter(
         build_agent if tools else build_chain,
-        use_responses_api=wire_format == "responses",
-        streaming=stream,
+        api=check_api(wire_format),
+        stream=stream,
         input_fn=agent_input if tools else None,
         reward_fn=final_answer_reward if tools else None,
     )

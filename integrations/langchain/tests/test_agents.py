@@ -13,26 +13,18 @@ import pytest
 from langchain_core.messages import AIMessage, ToolMessage
 from lc_builders import QUESTION, TOOL_RESULT, agent_input, build_agent, exact_match
 
+from rltap.adapter import Api
 from rltap_langchain import LangChainAdapter, final_text
 
 ROW = {"kind": "agent", "question": QUESTION}
 
 
-@pytest.mark.parametrize(
-    "use_responses_api", [pytest.param(False, id="chat"), pytest.param(True, id="responses")]
-)
-@pytest.mark.parametrize(
-    "streaming", [pytest.param(False, id="json"), pytest.param(True, id="sse")]
-)
+@pytest.mark.parametrize("api", ["chat", "responses"])
+@pytest.mark.parametrize("stream", [pytest.param(False, id="json"), pytest.param(True, id="sse")])
 async def test_tool_call_round_trips_and_links_the_turns(
-    run_episode: Any, use_responses_api: bool, streaming: bool
+    run_episode: Any, api: Api, stream: bool
 ) -> None:
-    adapter = LangChainAdapter(
-        build_agent,
-        use_responses_api=use_responses_api,
-        streaming=streaming,
-        input_fn=agent_input,
-    )
+    adapter = LangChainAdapter(build_agent, api=api, stream=stream, input_fn=agent_input)
     episode = await run_episode(adapter, ROW)
     messages = episode.result["messages"]
     call_message = next(m for m in messages if isinstance(m, AIMessage) and m.tool_calls)

@@ -13,11 +13,12 @@ import pytest
 from langchain_core.messages import AIMessage
 from lc_builders import build_chain, build_model, build_streamer, exact_match, expected_answer
 
+from rltap.adapter import Api
 from rltap.testing import RunningProxy
 from rltap_langchain import LangChainAdapter, final_text
 
 ROW = {"question": "What is 2+3?"}
-WIRES = [pytest.param(False, id="chat"), pytest.param(True, id="responses")]
+APIS = ["chat", "responses"]
 
 
 def _recording_client(paths: list[str]) -> httpx.AsyncClient:
@@ -27,16 +28,14 @@ def _recording_client(paths: list[str]) -> httpx.AsyncClient:
     return httpx.AsyncClient(timeout=60, event_hooks={"request": [record]})
 
 
-@pytest.mark.parametrize("use_responses_api", WIRES)
-async def test_requests_use_the_injected_url_key_and_client(
-    proxy: RunningProxy, use_responses_api: bool
-) -> None:
+@pytest.mark.parametrize("api", APIS)
+async def test_requests_use_the_injected_url_key_and_client(proxy: RunningProxy, api: Api) -> None:
     session_id, key = await proxy.start_session()
     paths: list[str] = []
-    adapter = LangChainAdapter(build_chain, use_responses_api=use_responses_api)
+    adapter = LangChainAdapter(build_chain, api=api)
     async with _recording_client(paths) as client:
         answer = await adapter.run(ROW, base_url=proxy.base_url, api_key=key, http_client=client)
-    route = "/v1/responses" if use_responses_api else "/v1/chat/completions"
+    route = "/v1/responses" if api == "responses" else "/v1/chat/completions"
     assert paths == [f"{route} Bearer {key}"]
     assert answer == expected_answer(ROW)
     await proxy.session_post(key, "/rl/end_session")
@@ -46,23 +45,19 @@ async def test_requests_use_the_injected_url_key_and_client(
 
 # Every pair of (wire, transport, call style) once: four cases instead of eight.
 @pytest.mark.parametrize(
-    ("use_responses_api", "streaming", "sync"),
+    ("api", "stream", "sync"),
     [
-        pytest.param(False, False, False, id="chat-json-ainvoke"),
-        pytest.param(False, True, True, id="chat-sse-invoke"),
-        pytest.param(True, False, True, id="responses-json-invoke"),
-        pytest.param(True, True, False, id="responses-sse-ainvoke"),
+        pytest.param("chat", False, False, id="chat-json-ainvoke"),
+        pytest.param("chat", True, True, id="chat-sse-invoke"),
+        pytest.param("responses", False, True, id="responses-json-invoke"),
+        pytest.param("responses", True, False, id="responses-sse-ainvoke"),
     ],
 )
 async def test_chain_reply_is_recorded_with_its_tokens(
-    run_episode: Any, use_responses_api: bool, streaming: bool, sync: bool
+    run_episode: Any, api: Api, stream: bool, sync: bool
 ) -> None:
     adapter = LangChainAdapter(
-        build_chain,
-        use_responses_api=use_responses_api,
-        streaming=streaming,
-        sync=sync,
-        reward_fn=exact_match,
+        build_chain, api=api, stream=stream, sync=sync, reward_fn=exact_match
     )
     episode = await run_episode(adapter, ROW)
     assert episode.result == 1.0
@@ -88,19 +83,17 @@ def _assert_reply_with_recorded_usage(episode: Any, text: str) -> None:
     )
 
 
-@pytest.mark.parametrize("use_responses_api", WIRES)
-async def test_model_returns_a_message_with_usage(
-    run_episode: Any, use_responses_api: bool
-) -> None:
-    adapter = LangChainAdapter(build_model, use_responses_api=use_responses_api)
+@pytest.mark.parametrize("api", APIS)
+async def test_model_returns_a_message_with_usage(run_episode: Any, api: Api) -> None:
+    adapter = LangChainAdapter(build_model, api=api)
     episode = await run_episode(adapter, "hello there")
     _assert_reply_with_recorded_usage(episode, "Turn 0: you said: hello there")
 
 
-@pytest.mark.parametrize("use_responses_api", WIRES)
+@pytest.mark.parametrize("api", APIS)
 async def test_astream_with_stream_usage_reports_the_recorded_token_counts(
-    run_episode: Any, use_responses_api: bool
+    run_episode: Any, api: Api
 ) -> None:
-    adapter = LangChainAdapter(build_streamer, use_responses_api=use_responses_api)
+    adapter = LangChainAdapter(build_streamer, api=api)
     episode = await run_episode(adapter, "stream this")
     _assert_reply_with_recorded_usage(episode, "Turn 0: you said: stream this")

@@ -10,6 +10,7 @@ from langchain_core.outputs import LLMResult
 from lc_builders import agent_input, build_agent, build_chain, expected_answer
 
 from rltap import errors
+from rltap.adapter import Api
 from rltap.testing import RunningProxy
 from rltap_langchain import LangChainAdapter
 
@@ -17,29 +18,21 @@ ROW = {"question": "What is 2+3?"}
 
 
 @pytest.mark.parametrize(
-    ("failure", "use_responses_api", "streaming"),
+    ("failure", "api", "stream"),
     [
-        pytest.param(errors.EngineError, False, False, id="502-chat-json"),
-        pytest.param(errors.EngineError, False, True, id="502-chat-sse"),
-        pytest.param(errors.EngineUnavailable, True, False, id="503-responses-json"),
-        pytest.param(errors.EngineTimeout, True, True, id="504-responses-sse"),
+        pytest.param(errors.EngineError, "chat", False, id="502-chat-json"),
+        pytest.param(errors.EngineError, "chat", True, id="502-chat-sse"),
+        pytest.param(errors.EngineUnavailable, "responses", False, id="503-responses-json"),
+        pytest.param(errors.EngineTimeout, "responses", True, id="504-responses-sse"),
     ],
 )
 async def test_engine_error_surfaces_as_rltap_error(
-    make_proxy: Any,
-    failure: type[errors.EngineError],
-    use_responses_api: bool,
-    streaming: bool,
+    make_proxy: Any, failure: type[errors.EngineError], api: Api, stream: bool
 ) -> None:
     proxy: RunningProxy = await make_proxy(failures={1: failure})
     _, key = await proxy.start_session()
     # The tool call (turn 0) succeeds; the engine fails on the final answer (turn 1).
-    adapter = LangChainAdapter(
-        build_agent,
-        use_responses_api=use_responses_api,
-        streaming=streaming,
-        input_fn=agent_input,
-    )
+    adapter = LangChainAdapter(build_agent, api=api, stream=stream, input_fn=agent_input)
     with pytest.raises(errors.RltapError) as caught:
         await adapter.run(
             {"question": "2+3?"}, base_url=proxy.base_url, api_key=key, http_client=proxy.http

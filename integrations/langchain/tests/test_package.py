@@ -16,9 +16,7 @@ EXPECTED_ALL = [
     "FRAMEWORK_REQUIREMENT",
     "LANGCHAIN_REQUIREMENT",
     "Build",
-    "InputFn",
     "LangChainAdapter",
-    "RewardFn",
     "final_text",
 ]
 
@@ -40,7 +38,7 @@ def test_installed_framework_is_in_the_declared_range(requirement: str, name: st
     wanted = Requirement(requirement)
     assert wanted.name == name
     assert wanted.specifier.contains(version(name))
-    # pyproject.toml declares the same range (the single source is _version.py).
+    # pyproject.toml declares the same range (the single source is _requirements.py).
     declared = [Requirement(line) for line in requires("rltap-langchain") or []]
     assert wanted in declared
 
@@ -80,3 +78,8 @@ def test_unsupported_version_fails_at_construction(
 def test_build_must_be_callable() -> None:
     with pytest.raises(TypeError, match="build must be a callable"):
         LangChainAdapter("prompt | llm")  # type: ignore[arg-type]
+
+
+def test_api_must_name_a_wire_format() -> None:
+    with pytest.raises(ValueError, match="api must be one of chat, responses, got 'completions'"):
+        LangChainAdapter(build_chain, api="completions")  # type: ignore[arg-type]

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from lc_builders import QUESTION, build_by_kind, exact_match, input_by_kind
 
+from rltap.adapter import Api
 from rltap.testing import RunningProxy
 from rltap.workflow import OpenAIProxyWorkflow
 from rltap_langchain import LangChainAdapter
@@ -22,11 +23,11 @@ AGENT_ROW = {"kind": "agent", "question": QUESTION}
 DISCOUNT = 0.5
 
 
-def _adapter(use_responses_api: bool, streaming: bool) -> LangChainAdapter:
+def _adapter(api: Api, stream: bool) -> LangChainAdapter:
     return LangChainAdapter(
         build_by_kind,
-        use_responses_api=use_responses_api,
-        streaming=streaming,
+        api=api,
+        stream=stream,
         input_fn=input_by_kind,
         reward_fn=exact_match,
     )
@@ -51,17 +52,17 @@ def _check_chain_episode(interactions: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize(
-    ("use_responses_api", "streaming"),
+    ("api", "stream"),
     [
-        pytest.param(False, False, id="chat-json"),
-        pytest.param(True, True, id="responses-sse"),
+        pytest.param("chat", False, id="chat-json"),
+        pytest.param("responses", True, id="responses-sse"),
     ],
 )
 async def test_workflow_runs_chain_and_agent_episodes(
-    proxy: RunningProxy, use_responses_api: bool, streaming: bool
+    proxy: RunningProxy, api: Api, stream: bool
 ) -> None:
     workflow = OpenAIProxyWorkflow(
-        _adapter(use_responses_api, streaming),
+        _adapter(api, stream),
         proxy_addr=proxy.url,
         admin_key=proxy.admin_key,
         mode="inline",

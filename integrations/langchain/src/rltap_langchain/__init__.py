@@ -14,16 +14,13 @@ Usage:
 
 from __future__ import annotations
 
-from rltap_langchain._adapter import Build, InputFn, LangChainAdapter, RewardFn
-from rltap_langchain._results import final_text
-from rltap_langchain._version import FRAMEWORK_REQUIREMENT, LANGCHAIN_REQUIREMENT
+from rltap_langchain._adapter import Build, LangChainAdapter, final_text
+from rltap_langchain._requirements import FRAMEWORK_REQUIREMENT, LANGCHAIN_REQUIREMENT
 
 __all__ = [
     "FRAMEWORK_REQUIREMENT",
     "LANGCHAIN_REQUIREMENT",
     "Build",
-    "InputFn",
     "LangChainAdapter",
-    "RewardFn",
     "final_text",
 ]

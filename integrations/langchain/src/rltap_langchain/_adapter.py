@@ -3,22 +3,28 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
+from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_openai import ChatOpenAI
 
-from rltap import errors
-from rltap.adapter import AgentAdapter, Connection, check_framework, rltap_error_from
-from rltap_langchain._clients import episode_http_clients, proxy_chat_model
-from rltap_langchain._version import FRAMEWORK_REQUIREMENT, LANGCHAIN_REQUIREMENT
+from rltap.adapter import (
+    AgentAdapter,
+    Api,
+    Connection,
+    InputFn,
+    RewardFn,
+    check_api,
+    check_framework,
+)
+from rltap_langchain._client import episode_http_clients, proxy_chat_model
+from rltap_langchain._requirements import FRAMEWORK_REQUIREMENT, LANGCHAIN_REQUIREMENT
 
-__all__ = ["Build", "InputFn", "LangChainAdapter", "RewardFn"]
+__all__ = ["Build", "LangChainAdapter", "final_text"]
 
 Build = Callable[[ChatOpenAI, Any], Runnable[Any, Any]]
-InputFn = Callable[[Any], Any]
-RewardFn = Callable[[Any, Any], Any]
 
 
 class LangChainAdapter(AgentAdapter):
@@ -39,8 +45,8 @@ class LangChainAdapter(AgentAdapter):
     the row itself) through `ainvoke`, or `invoke` in a worker thread when `sync=True` (the
     chat model then uses a sync HTTP client the adapter opens for the episode).
 
-    `use_responses_api=True` sends every call to /v1/responses instead of /v1/chat/completions;
-    `streaming=True` makes every call a server-sent-event stream (usage included). `chat_kwargs`
+    Every call goes to /v1/chat/completions (`api="chat"`) or /v1/responses (`api="responses"`);
+    `stream=True` makes every call a server-sent-event stream (usage included). `chat_kwargs`
     go to `ChatOpenAI` (temperature, max_tokens, ...). The reward is `reward_fn(result, data)`,
     or the runnable's result itself when no `reward_fn` is given (see `AgentAdapter`).
 
@@ -55,8 +61,8 @@ class LangChainAdapter(AgentAdapter):
         self,
         build: Build,
         *,
-        use_responses_api: bool = False,
-        streaming: bool = False,
+        api: Api = "chat",
+        stream: bool = False,
         sync: bool = False,
         reward_fn: RewardFn | None = None,
         input_fn: InputFn | None = None,
@@ -69,8 +75,8 @@ class LangChainAdapter(AgentAdapter):
             msg = f"build must be a callable (llm, data) -> Runnable, got {type(build).__name__}"
             raise TypeError(msg)
         self.build = build
-        self.use_responses_api = use_responses_api
-        self.streaming = streaming
+        self.api = check_api(api)
+        self.stream = stream
         self.sync = sync
         self.input_fn = input_fn
         self.chat_kwargs = dict(chat_kwargs or {})
@@ -86,8 +92,8 @@ class LangChainAdapter(AgentAdapter):
                 http_client=sync_client,
                 http_async_client=async_client,
                 model=self.model,
-                use_responses_api=self.use_responses_api,
-                streaming=self.streaming,
+                api=self.api,
+                stream=self.stream,
                 chat_kwargs=self.chat_kwargs,
             )
             runnable = self.build(llm, data)
@@ -98,12 +104,25 @@ class LangChainAdapter(AgentAdapter):
                 )
                 raise TypeError(msg)
             inputs = data if self.input_fn is None else self.input_fn(data)
-            try:
-                if self.sync:
-                    return await asyncio.to_thread(runnable.invoke, inputs, config)
-                return await runnable.ainvoke(inputs, config)
-            except Exception as exc:
-                mapped = rltap_error_from(exc)
-                if mapped is None or isinstance(exc, errors.RltapError):
-                    raise
-                raise mapped from exc
+            # What LangChain raises (HTTP errors, error events in a stream): the base class maps it.
+            if self.sync:
+                return await asyncio.to_thread(runnable.invoke, inputs, config)
+            return await runnable.ainvoke(inputs, config)
+
+
+def final_text(result: Any) -> str:
+    """The final answer's text in what a LangChain runnable returned, for reward functions.
+
+    Handles a string (a chain ending in `StrOutputParser`), a message (a chat model or a chain
+    ending in one, Responses content blocks included), and an agent's state
+    (`create_agent(...)` returns `{"messages": [...]}`: the last AI message counts).
+    Anything else is turned into its `str()`.
+    """
+    if isinstance(result, str):
+        return result
+    if isinstance(result, BaseMessage):
+        return str(result.text)  # a str subclass that is also callable
+    if isinstance(result, Mapping) and isinstance(result.get("messages"), Sequence):
+        replies = [m for m in result["messages"] if isinstance(m, AIMessage)]
+        return str(replies[-1].text) if replies else ""
+    return str(result)

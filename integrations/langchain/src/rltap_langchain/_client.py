@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 from langchain_openai import ChatOpenAI
 
-from rltap.adapter import Connection
+from rltap.adapter import Api, Connection
 
 __all__ = ["episode_http_clients", "proxy_chat_model"]
 
@@ -42,13 +42,14 @@ def proxy_chat_model(
     http_client: httpx.Client,
     http_async_client: httpx.AsyncClient,
     model: str = "rltap",
-    use_responses_api: bool = False,
-    streaming: bool = False,
+    api: Api = "chat",
+    stream: bool = False,
     chat_kwargs: Mapping[str, Any] | None = None,
 ) -> ChatOpenAI:
     """A `ChatOpenAI` that talks to the proxy of `connection` and nothing else.
 
-    `streaming=True` makes every call, `invoke` included, an SSE stream with a usage chunk at
+    `api="responses"` sends every call to /v1/responses instead of /v1/chat/completions;
+    `stream=True` makes every call, `invoke` included, an SSE stream with a usage chunk at
     its end. Retries are off unless `chat_kwargs` turns them on: the proxy is local, and an error
     from it (engine failure, session gone) is the episode's outcome, not a network hiccup.
     `chat_kwargs` (temperature, max_tokens, ...) are passed on, but cannot move the model off
@@ -61,8 +62,8 @@ def proxy_chat_model(
         api_key=connection.api_key,
         http_client=http_client,
         http_async_client=http_async_client,
-        use_responses_api=use_responses_api,
-        streaming=streaming,
+        use_responses_api=api == "responses",
+        streaming=stream,
         # Only streamed calls read it: their last chunk then carries the token counts.
         stream_usage=True,
     )
