@@ -18,12 +18,9 @@ from rltap_openai_agents import OpenAIAgentsAdapter, default_input
 EXPECTED_ALL = [
     "FRAMEWORK_REQUIREMENT",
     "AgentFactory",
-    "Api",
     "EpisodeFn",
-    "InputFn",
     "OpenAIAgentsAdapter",
     "ProxyModelProvider",
-    "RewardFn",
     "default_input",
     "proxy_client",
     "proxy_model",

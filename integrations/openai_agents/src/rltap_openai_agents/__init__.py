@@ -13,29 +13,23 @@ from __future__ import annotations
 from rltap_openai_agents._adapter import (
     AgentFactory,
     EpisodeFn,
-    InputFn,
     OpenAIAgentsAdapter,
-    RewardFn,
+    default_input,
 )
-from rltap_openai_agents._inputs import default_input
-from rltap_openai_agents._models import (
-    Api,
+from rltap_openai_agents._client import (
     ProxyModelProvider,
     proxy_client,
     proxy_model,
     proxy_run_config,
 )
-from rltap_openai_agents._version import FRAMEWORK_REQUIREMENT
+from rltap_openai_agents._requirements import FRAMEWORK_REQUIREMENT
 
 __all__ = [
     "FRAMEWORK_REQUIREMENT",
     "AgentFactory",
-    "Api",
     "EpisodeFn",
-    "InputFn",
     "OpenAIAgentsAdapter",
     "ProxyModelProvider",
-    "RewardFn",
     "default_input",
     "proxy_client",
     "proxy_model",

@@ -2,23 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, ClassVar
 
 from agents import Agent, ModelSettings, RunConfig, Runner
 from agents.result import RunResultBase
 
-from rltap.adapter import AgentAdapter, Connection
-from rltap_openai_agents._inputs import default_input
-from rltap_openai_agents._models import APIS, Api, proxy_client, proxy_model, proxy_run_config
-from rltap_openai_agents._version import FRAMEWORK_REQUIREMENT
+from rltap.adapter import AgentAdapter, Api, Connection, InputFn, RewardFn, check_api
+from rltap_openai_agents._client import proxy_client, proxy_model, proxy_run_config
+from rltap_openai_agents._requirements import FRAMEWORK_REQUIREMENT
 
-__all__ = ["AgentFactory", "EpisodeFn", "InputFn", "OpenAIAgentsAdapter", "RewardFn"]
+__all__ = ["INPUT_KEYS", "AgentFactory", "EpisodeFn", "OpenAIAgentsAdapter", "default_input"]
 
 AgentFactory = Callable[[Any], Agent[Any]]
 EpisodeFn = Callable[[RunConfig, Any], Awaitable[Any]]
-InputFn = Callable[[Any], Any]
-RewardFn = Callable[[Any, Any], Any]
+
+INPUT_KEYS = ("input", "question", "prompt", "messages")
 
 
 class OpenAIAgentsAdapter(AgentAdapter):
@@ -74,12 +73,9 @@ class OpenAIAgentsAdapter(AgentAdapter):
         if (agent is None) == (episode is None):
             msg = "pass exactly one of agent (an Agent or a function of the row) and episode"
             raise TypeError(msg)
-        if api not in APIS:
-            msg = f"api must be one of {', '.join(APIS)}, got {api!r}"
-            raise ValueError(msg)
         self.agent = agent
         self.episode = episode
-        self.api: Api = api
+        self.api = check_api(api)
         self.stream = stream
         self.max_turns = max_turns
         self.input_fn = input_fn or default_input
@@ -128,3 +124,27 @@ class OpenAIAgentsAdapter(AgentAdapter):
         async for _ in streamed.stream_events():
             pass
         return streamed
+
+
+def default_input(data: Any) -> str | list[Any]:
+    """The run input for a row: a string as is, a list as input items, or a mapping's first
+    field of `input`, `question`, `prompt`, `messages`.
+
+    Usage:
+        default_input({"question": "What is 2+3?", "answer": "5"})  # "What is 2+3?"
+    """
+    if isinstance(data, str | list):
+        return data
+    if isinstance(data, Mapping):
+        for key in INPUT_KEYS:
+            value = data.get(key)
+            if isinstance(value, str | list):
+                return value
+        found = ", ".join(map(repr, data)) or "none"
+        msg = (
+            f"the row has none of the fields {', '.join(INPUT_KEYS)} (it has {found}); pass "
+            "input_fn=... to say what the agent is asked"
+        )
+        raise ValueError(msg)
+    msg = f"cannot make an agent input from a {type(data).__name__} row; pass input_fn=..."
+    raise TypeError(msg)

@@ -4,7 +4,7 @@ the Chat Completions or Responses model, and a run config that sends every agent
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from agents import (
     Model,
@@ -16,12 +16,9 @@ from agents import (
 )
 from openai import AsyncOpenAI
 
-from rltap.adapter import Connection
+from rltap.adapter import Api, Connection, check_api
 
-__all__ = ["Api", "ProxyModelProvider", "proxy_client", "proxy_model", "proxy_run_config"]
-
-Api = Literal["chat", "responses"]
-APIS: tuple[Api, ...] = ("chat", "responses")
+__all__ = ["ProxyModelProvider", "proxy_client", "proxy_model", "proxy_run_config"]
 
 
 def proxy_client(connection: Connection, *, max_retries: int = 0) -> AsyncOpenAI:
@@ -43,12 +40,9 @@ def proxy_client(connection: Connection, *, max_retries: int = 0) -> AsyncOpenAI
 
 def proxy_model(client: AsyncOpenAI, api: Api = "chat", model: str = "rltap") -> Model:
     """The SDK's model over `client`: Chat Completions (`api="chat"`) or Responses."""
-    if api == "chat":
+    if check_api(api) == "chat":
         return OpenAIChatCompletionsModel(model=model, openai_client=client)
-    if api == "responses":
-        return OpenAIResponsesModel(model=model, openai_client=client)
-    msg = f"api must be one of {', '.join(APIS)}, got {api!r}"
-    raise ValueError(msg)
+    return OpenAIResponsesModel(model=model, openai_client=client)
 
 
 class ProxyModelProvider(ModelProvider):
