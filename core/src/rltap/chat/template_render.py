@@ -1,29 +1,74 @@
-"""Chat templates rendered the way transformers renders them, without its per-call overhead.
+"""Chat templates compiled once and rendered as transformers' `apply_chat_template` renders them.
 
 `apply_chat_template(tokenize=False)` normalises the messages, rebuilds every value as plain data
-for its sandbox, re-reads the special tokens and looks the compiled template up on each call:
-about as much time as the proxy may spend on a whole request. Messages reaching the renderer are
-already plain JSON data, so this does only what changes the output: drop keys whose value is None,
-alias the reasoning fields (`reasoning_content`, `thinking`, `reasoning`) as transformers does, and
-render the template compiled once, with the same Jinja environment. A test checks the output
-equals `apply_chat_template` on conversations with tools, tool calls, reasoning and part lists.
-Conversations of a shape seen before are not rendered again: `rltap.chat.template_shapes` fills
-their texts into the remembered output, when the template only prints them.
+and looks the compiled template up again on each call. Messages reaching the renderer are plain
+JSON data already, so this does only what changes the output: drop keys whose value is None,
+alias the reasoning fields (`reasoning_content`, `thinking`, `reasoning`) as transformers does,
+and render a template compiled once in the Jinja environment transformers documents for chat
+templates: an immutable sandbox with `trim_blocks` and `lstrip_blocks`, loop controls, the
+`{% generation %}` block, `raise_exception`, `strftime_now` and a `tojson` that keeps non-ASCII
+text. A test checks the output equals `apply_chat_template`'s.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
-import orjson
+from jinja2 import TemplateError, nodes
+from jinja2.ext import Extension, loopcontrols
+from jinja2.parser import Parser
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from rltap.chat.template_shapes import ShapeCache
-
-__all__ = ["REASONING_FIELDS", "CompiledChatTemplate"]
+__all__ = ["REASONING_FIELDS", "CompiledChatTemplate", "compile_chat_template"]
 
 # The names a message's reasoning goes by; transformers aliases them for the template.
 REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
+
+
+class _GenerationBlock(Extension):
+    """`{% generation %}...{% endgeneration %}` renders its body (it marks assistant text for
+    masks that rltap does not take from the template)."""
+
+    tags = {"generation"}  # noqa: RUF012 - jinja's own declaration
+
+    def parse(self, parser: Parser) -> nodes.Node:
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return nodes.Scope(body, lineno=lineno)
+
+
+def _raise_exception(message: str) -> None:
+    raise TemplateError(message)
+
+
+def _strftime_now(format: str) -> str:
+    return datetime.now().strftime(format)
+
+
+def _tojson(
+    value: Any,
+    ensure_ascii: bool = False,
+    indent: int | str | None = None,
+    separators: tuple[str, str] | None = None,
+    sort_keys: bool = False,
+) -> str:
+    return json.dumps(
+        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
+
+
+def compile_chat_template(source: str) -> Any:
+    """`source` compiled as a chat template (a `jinja2.Template`)."""
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[_GenerationBlock, loopcontrols]
+    )
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    return env.from_string(source)
 
 
 def _prepare(message: Mapping[str, Any]) -> dict[str, Any]:
@@ -35,37 +80,12 @@ def _prepare(message: Mapping[str, Any]) -> dict[str, Any]:
     return prepared
 
 
-def _context_key(
-    tools: Sequence[Mapping[str, Any]] | None,
-    template_kwargs: Mapping[str, Any] | None,
-    add_generation_prompt: bool,
-) -> tuple[bytes, bytes, bool] | None:
-    """What the template variables besides the messages come to, as a shape key; None when
-    they are not JSON. Tools are not sorted: a tool's key order shows in its JSON."""
-    try:
-        return (
-            orjson.dumps(tools) if tools else b"",
-            orjson.dumps(template_kwargs, option=orjson.OPT_NON_STR_KEYS)
-            if template_kwargs
-            else b"",
-            add_generation_prompt,
-        )
-    except TypeError:
-        return None
-
-
 class CompiledChatTemplate:
     """A tokenizer's chat template, compiled once; `render` gives apply_chat_template's text."""
 
-    def __init__(
-        self, tokenizer: Any, chat_template: str | None = None, *, remember_shapes: bool = True
-    ) -> None:
-        from transformers.utils.chat_template_utils import _compile_jinja_template
-
-        source = chat_template or tokenizer.chat_template
-        self._template = _compile_jinja_template(source)
+    def __init__(self, tokenizer: Any, chat_template: str | None = None) -> None:
+        self._template = compile_chat_template(chat_template or tokenizer.chat_template)
         self._special_tokens = dict(tokenizer.special_tokens_map)
-        self._shapes = ShapeCache(self._template, source) if remember_shapes else None
 
     def render(
         self,
@@ -75,18 +95,13 @@ class CompiledChatTemplate:
         add_generation_prompt: bool,
         template_kwargs: Mapping[str, Any] | None,
     ) -> str:
-        def context() -> dict[str, Any]:
-            return {
-                **self._special_tokens,
-                **(template_kwargs or {}),
-                "tools": [dict(t) for t in tools] if tools else None,
-                "documents": None,
-                "add_generation_prompt": add_generation_prompt,
-            }
-
-        prepared = [_prepare(m) for m in messages]
-        if self._shapes is not None:
-            key = _context_key(tools, template_kwargs, add_generation_prompt)
-            if key is not None:
-                return self._shapes.render(prepared, context, key)
-        return str(self._template.render(messages=prepared, **context()))
+        """The template's text; raises `jinja2.TemplateError` where the template refuses."""
+        context = {
+            **self._special_tokens,
+            **(template_kwargs or {}),
+            "messages": [_prepare(m) for m in messages],
+            "tools": [dict(t) for t in tools] if tools else None,
+            "documents": None,
+            "add_generation_prompt": add_generation_prompt,
+        }
+        return str(self._template.render(context))
