@@ -14,8 +14,10 @@ from rltap.chat.piece_encoder import PieceEncoder
 from rltap.chat.renderer import ChatRenderer
 
 ADDED = ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<tool_call>", "</tool_call>", "<think>"]
-# Near misses of the added tokens, and the characters pre-tokenisation cares about.
+# Near misses of the added tokens, and the characters pre-tokenisation cares about: contractions
+# in any case, digits, symbol runs with trailing newlines, whitespace runs.
 FRAGMENTS = ["<|im_", "_end|>", "<tool", "call>", "|>", "<", "\n", "\r\n", " ", "  ", "'s", "12"]
+FRAGMENTS += ["'S", "'ll", "'LL", "'re", "'d", "ABC", "?\n\n", "  \n", " \t ", "$x", "...", "0x1F"]
 
 
 @pytest.fixture(scope="module")
@@ -58,15 +60,37 @@ def test_a_chat_prompt_encodes_as_a_whole(qwen_tokenizer: Any, encoder: PieceEnc
 
 
 def test_the_cache_keeps_at_most_its_limit(qwen_backend: Any) -> None:
-    encoder = PieceEncoder.for_backend(qwen_backend)
-    assert encoder is not None
-    small = PieceEncoder(qwen_backend, dict(encoder._added), max_entries=8, max_piece_chars=16)
+    added = {str(t.content): i for i, t in qwen_backend.get_added_tokens_decoder().items()}
+    small = PieceEncoder(qwen_backend, added, max_entries=8, max_piece_chars=16)
     for number in range(100):
-        small.encode(f"<|im_start|>user\n{number}<|im_end|>")
-    assert len(small._cache) == 8
-    long_piece = "x" * 17
-    small.encode(long_piece)
-    assert long_piece not in small._cache
+        text = f"<|im_start|>user\n{number}<|im_end|>"
+        assert small.encode(text) == qwen_backend.encode(text, add_special_tokens=False).ids
+    assert small.cache_size() == 8
+    long_piece = "x " * 9
+    assert small.encode(long_piece) == qwen_backend.encode(long_piece).ids
+    assert small.cache_size() == 8
+
+
+def test_every_ascii_character_in_every_position(encoder: PieceEncoder, qwen_backend: Any) -> None:
+    for code in range(128):
+        char = chr(code)
+        for text in (
+            char,
+            f"a{char}b",
+            f"{char * 3} x",
+            f" {char}\n\n'S",
+            f"1{char}2",
+            f"{char}'s",
+        ):
+            expected = qwen_backend.encode(text, add_special_tokens=False).ids
+            assert encoder.encode(text) == expected, text
+
+
+def test_non_ascii_text_between_added_tokens(encoder: PieceEncoder, qwen_backend: Any) -> None:
+    text = (
+        "<|im_start|>user\nCafé ß ſ 𝔘 İ K Ⅻ ½ ٣ — ok<|im_end|>\n<|im_start|>user\nplain'S<|im_end|>"
+    )
+    assert encoder.encode(text) == qwen_backend.encode(text, add_special_tokens=False).ids
 
 
 def test_a_tokenizer_whose_added_tokens_strip_whitespace_is_not_cut_here(qwen_backend: Any) -> None:

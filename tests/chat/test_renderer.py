@@ -383,3 +383,23 @@ def test_decoding_gives_the_transformers_text(
     assert "".join([*(decoder.push([i]) for i in ids), decoder.flush()]) == (
         qwen_tokenizer.decode(ids)
     )
+
+
+def test_every_token_alone_decodes_as_the_tokenizer_decodes_it(
+    renderer: ChatRenderer, qwen_tokenizer: Any
+) -> None:
+    for token_id in range(len(qwen_tokenizer)):
+        for skip in (False, True):
+            expected = qwen_tokenizer.decode([token_id], skip_special_tokens=skip)
+            assert renderer.decode([token_id], skip_special_tokens=skip) == expected, token_id
+
+
+def test_ids_the_tokenizer_does_not_know_get_its_answer(
+    renderer: ChatRenderer, qwen_tokenizer: Any
+) -> None:
+    unknown = [9707, 10**6]
+    assert renderer.decode(unknown) == qwen_tokenizer.decode(unknown)
+    with pytest.raises(OverflowError):
+        qwen_tokenizer.decode([9707, -1])
+    with pytest.raises(OverflowError):
+        renderer.decode([9707, -1])

@@ -3,14 +3,12 @@
 A Hugging Face (Rust) tokenizer first cuts the text at its added tokens (`<|im_start|>`,
 `<|im_end|>`, `<tool_call>`, ...) and then normalises, pre-tokenises and encodes each piece in
 between on its own. A piece's ids therefore never depend on its neighbours, and chat prompts
-repeat most pieces: the system prompt, `user\\n`, `assistant\\n`, the `\\n` between turns. The
-proxy encodes every prompt on its hot path, so the pieces are cached; only new text (the latest
-user message) reaches the tokenizer. Encoding a first-turn prompt drops from ~50-110 µs to ~25.
+repeat most pieces: the system prompt, `assistant\\n`, the `\\n` between turns. So pieces are
+encoded with the tokenizer's public `encode` and cached; only new text reaches the tokenizer.
 
 The cut is the tokenizer's own only when every added token matches verbatim: no `lstrip`,
 `rstrip` or `single_word`, and not matched after normalisation. `PieceEncoder.for_backend`
-returns None otherwise, and the caller encodes whole texts. New ASCII pieces of a byte-level BPE
-tokenizer are encoded word by word in Python (`rltap.chat.byte_level_words`).
+returns None otherwise, and the caller encodes whole texts.
 
 Usage:
     encoder = PieceEncoder.for_backend(tokenizer.backend_tokenizer)
@@ -19,10 +17,9 @@ Usage:
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
-
-from rltap.chat.byte_level_words import ByteLevelWords
 
 __all__ = ["PieceEncoder"]
 
@@ -30,8 +27,8 @@ __all__ = ["PieceEncoder"]
 class PieceEncoder:
     """`backend.encode(text, add_special_tokens=False).ids`, piece by piece, pieces cached.
 
-    At most `max_entries` pieces of up to `max_piece_chars` characters are kept (oldest out
-    first), so the cache stays within a few MiB however many distinct texts pass through.
+    The `max_entries` most recently used pieces of up to `max_piece_chars` characters are kept,
+    so the cache stays within a few MiB however many distinct texts pass through.
     """
 
     def __init__(
@@ -43,13 +40,11 @@ class PieceEncoder:
         max_piece_chars: int = 2048,
     ) -> None:
         self._backend = backend
-        self._words = ByteLevelWords.for_backend(backend)
         self._added = added
         # Longest first: at one position the longest added token wins, as in the tokenizer.
         alternatives = sorted(added, key=len, reverse=True)
         self._split = re.compile("(" + "|".join(map(re.escape, alternatives)) + ")").split
-        self._cache: dict[str, list[int]] = {}
-        self._max_entries = max_entries
+        self._cached_piece_ids = functools.lru_cache(maxsize=max_entries)(self._piece_ids)
         self._max_piece_chars = max_piece_chars
 
     @classmethod
@@ -71,24 +66,20 @@ class PieceEncoder:
         return cls(backend, added)
 
     def encode(self, text: str) -> list[int]:
-        pieces = self._split(text)
+        """The tokenizer's ids for `text` (no special tokens added)."""
         ids: list[int] = []
-        for index, piece in enumerate(pieces):
+        for index, piece in enumerate(self._split(text)):
             if index % 2:  # odd places hold the added tokens the split kept
                 ids.append(self._added[piece])
+            elif len(piece) > self._max_piece_chars:
+                ids += self._piece_ids(piece)
             elif piece:
-                ids.extend(self._piece_ids(piece))
+                ids += self._cached_piece_ids(piece)
         return ids
 
+    def cache_size(self) -> int:
+        """How many pieces are cached now."""
+        return int(self._cached_piece_ids.cache_info().currsize)
+
     def _piece_ids(self, piece: str) -> list[int]:
-        cached = self._cache.get(piece)
-        if cached is not None:
-            return cached
-        ids = self._words.encode(piece) if self._words is not None and piece.isascii() else None
-        if ids is None:
-            ids = self._backend.encode(piece, add_special_tokens=False).ids
-        if len(piece) <= self._max_piece_chars:
-            if len(self._cache) >= self._max_entries:
-                del self._cache[next(iter(self._cache))]
-            self._cache[piece] = ids
-        return ids
+        return list(self._backend.encode(piece, add_special_tokens=False).ids)

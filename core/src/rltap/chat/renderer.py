@@ -41,12 +41,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-import orjson
 from jinja2 import TemplateError
 
-from rltap.chat.byte_level_decoder import ByteLevelDecoder
 from rltap.chat.piece_encoder import PieceEncoder
-from rltap.chat.template_render import REASONING_FIELDS, CompiledChatTemplate
+from rltap.chat.template_render import CompiledChatTemplate
 from rltap.errors import InvalidRequest
 from rltap.types import InteractionWithTokenLogpReward
 
@@ -114,22 +112,18 @@ class ChatRenderer:
     ) -> None:
         self._tokenizer = tokenizer
         self._mode = RenderMode(mode)
-        self._chat_template = chat_template
         if chat_template is None and not getattr(tokenizer, "chat_template", None):
             msg = "the tokenizer has no chat template; pass chat_template="
             raise ValueError(msg)
-        self._template = _compiled_template(tokenizer, chat_template)
+        self._template = CompiledChatTemplate(tokenizer, chat_template)
         backend = getattr(tokenizer, "backend_tokenizer", None)
         self._backend = backend if callable(getattr(backend, "encode", None)) else None
         self._pieces = PieceEncoder.for_backend(backend) if self._backend is not None else None
-        self._head_turns_by_shape: dict[tuple[Any, ...], int] = {}
         # The Rust decoder gives transformers' text unless transformers cleans up spaces after it.
         plain = self._backend is not None and not getattr(
             tokenizer, "clean_up_tokenization_spaces", False
         )
-        self._decoder: Any = tokenizer
-        if plain:
-            self._decoder = ByteLevelDecoder.for_backend(self._backend) or self._backend
+        self._decoder: Any = self._backend if plain else tokenizer
         self._end_of_turn = end_of_turn if end_of_turn is not None else str(tokenizer.eos_token)
         self._end_of_turn_ids = tuple(self._encode(self._end_of_turn))
         if not self._end_of_turn_ids:
@@ -240,25 +234,15 @@ class ChatRenderer:
     ) -> str:
         """The chat template's text for the conversation."""
         try:
-            if self._template is not None:
-                return self._template.render(
-                    messages,
-                    tools=tools,
-                    add_generation_prompt=add_generation_prompt,
-                    template_kwargs=template_kwargs,
-                )
-            text = self._tokenizer.apply_chat_template(
-                [dict(m) for m in messages],
-                tools=[dict(t) for t in tools] if tools else None,
-                chat_template=self._chat_template,
+            return self._template.render(
+                messages,
+                tools=tools,
                 add_generation_prompt=add_generation_prompt,
-                tokenize=False,
-                **dict(template_kwargs or {}),
+                template_kwargs=template_kwargs,
             )
         except TemplateError as exc:
             msg = f"the chat template rejected the messages: {exc}"
             raise InvalidRequest(msg, param="messages") from exc
-        return str(text)
 
     def ends_turn(self, token_ids: Sequence[int]) -> bool:
         """Whether `token_ids` end with the end-of-turn ids (the model closed its turn)."""
@@ -321,61 +305,11 @@ class ChatRenderer:
         tools: Sequence[Mapping[str, Any]] | None,
         template_kwargs: Mapping[str, Any] | None,
     ) -> int:
-        """How many end-of-turn markers the rendering of `head` alone contains.
-
-        The count depends on the head's shape (roles, tool calls, reasoning, kind of content),
-        not on its text, unless the text itself contains the marker: it is remembered per shape,
-        which saves one of the two template renderings of a concat call.
-        """
-        shape = _head_shape(head, tools, template_kwargs, self._end_of_turn)
-        turns = self._head_turns_by_shape.get(shape) if shape is not None else None
-        if turns is None:
-            text = self.render_text(
-                head, tools=tools, add_generation_prompt=False, template_kwargs=template_kwargs
-            )
-            turns = text.count(self._end_of_turn)
-            if shape is not None and len(self._head_turns_by_shape) < _MAX_SHAPES:
-                self._head_turns_by_shape[shape] = turns
-        return turns
-
-
-_MAX_SHAPES = 4096
-
-
-def _head_shape(
-    head: Sequence[Mapping[str, Any]],
-    tools: Sequence[Mapping[str, Any]] | None,
-    template_kwargs: Mapping[str, Any] | None,
-    marker: str,
-) -> tuple[Any, ...] | None:
-    """What the number of end-of-turn markers in the rendering of `head` can depend on; None
-    when the messages, tools or template arguments contain the marker's text (or are not JSON)."""
-    try:
-        text = orjson.dumps([list(head), tools])
-        kwargs = orjson.dumps(template_kwargs or {}, option=orjson.OPT_SORT_KEYS)
-    except TypeError:
-        return None
-    if marker.encode() in text or marker.encode() in kwargs:
-        return None
-    roles = tuple(
-        (
-            message.get("role"),
-            bool(message.get("tool_calls")),
-            any(message.get(key) is not None for key in REASONING_FIELDS),
-            type(message.get("content")).__name__,
-            bool(message.get("content")),
-            bool(message.get("name")),
+        """How many end-of-turn markers the rendering of `head` alone contains."""
+        text = self.render_text(
+            head, tools=tools, add_generation_prompt=False, template_kwargs=template_kwargs
         )
-        for message in head
-    )
-    return roles, bool(tools), kwargs
-
-
-def _compiled_template(tokenizer: Any, chat_template: str | None) -> CompiledChatTemplate | None:
-    try:
-        return CompiledChatTemplate(tokenizer, chat_template)
-    except ImportError:  # transformers moved its private compiler: use apply_chat_template
-        return None
+        return text.count(self._end_of_turn)
 
 
 def _render_window(
