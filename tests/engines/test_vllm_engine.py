@@ -19,9 +19,8 @@ import pytest
 from aiohttp import web
 from vllm_server import VLLMServer, vllm_compatible_model
 
-from rltap.engines._http import iter_sse_data
+from rltap.engines._http_client import EngineHTTPClient, iter_sse_data
 from rltap.engines.base import InferenceEngine
-from rltap.engines.http1 import HTTP1Client
 from rltap.engines.vllm import VLLMEngine
 from rltap.errors import EngineError, EngineTimeout, EngineUnavailable
 from rltap.types import LogprobConvention, ModelRequest, ModelResponse, StopReason, TokenChunk
@@ -382,10 +381,9 @@ async def test_sse_reader_handles_split_lines_and_huge_events(scripted: Scripted
         return response
 
     scripted.handler = events
-    client = HTTP1Client(scripted.url)
-    response = await client.request("GET", "/events")
-    payloads = [payload async for payload in iter_sse_data(response)]
-    response.close()
+    client = EngineHTTPClient(scripted.url, engine="vLLM")
+    async with client.post("/events", {}) as response:
+        payloads = [payload async for payload in iter_sse_data(response)]
     await client.close()
     assert payloads == [b'{"a": 1}', huge]
 

@@ -10,11 +10,9 @@ their agents with, and the engine behind rltap's own end-to-end tests.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib
 import importlib.util
 import inspect
-import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -29,8 +27,9 @@ from rltap.engines._hf import (
     teacher_forced_logprobs,
 )
 from rltap.engines._sampling import StopCriteria
+from rltap.engines.base import EngineBase
 from rltap.errors import ContextLengthExceeded, EngineError
-from rltap.types import LogprobConvention, ModelRequest, ModelResponse, StopReason, TokenChunk
+from rltap.types import LogprobConvention, ModelRequest, StopReason, TokenChunk
 
 __all__ = ["Script", "ScriptedEngine", "load_script"]
 
@@ -63,7 +62,7 @@ def load_script(spec: str) -> Script:
     return script  # type: ignore[no-any-return]
 
 
-class ScriptedEngine:
+class ScriptedEngine(EngineBase):
     """An `InferenceEngine` that answers with `script(messages, tools, turn)`.
 
     Usage:
@@ -101,6 +100,7 @@ class ScriptedEngine:
         num_threads: int | None = 1,
         version: int = 0,
     ) -> None:
+        super().__init__(version=version)
         self._script = load_script(script) if isinstance(script, str) else script
         self._host = ModelHost(
             model,
@@ -116,17 +116,7 @@ class ScriptedEngine:
         self._token_delay = token_delay
         self._failures = dict(failures or {})
         self._fail_after_tokens = fail_after_tokens
-        self._version = version
         self._aborted: dict[str, asyncio.Event] = {}
-
-    @property
-    def version(self) -> int:
-        """The policy version recorded on every token."""
-        return self._version
-
-    def set_version(self, version: int) -> None:
-        """Set the policy version recorded on new tokens."""
-        self._version = version
 
     @property
     def tokenizer(self) -> Any:
@@ -161,18 +151,6 @@ class ScriptedEngine:
         event = self._aborted.get(request_id)
         if event is not None:
             event.set()
-
-    async def generate(self, request: ModelRequest) -> ModelResponse:
-        """The scripted reply for `request`, collected into one response."""
-        started = time.perf_counter()
-        response = ModelResponse(
-            input_tokens=list(request.input_ids), logprob_convention=self.logprob_convention
-        )
-        async with contextlib.aclosing(self.stream(request)) as chunks:
-            async for chunk in chunks:
-                response.extend(chunk)
-        response.latency = time.perf_counter() - started
-        return response
 
     async def stream(self, request: ModelRequest) -> AsyncGenerator[TokenChunk, None]:
         """Yield the scripted reply's tokens (one chunk, or one per token with `token_delay`)."""

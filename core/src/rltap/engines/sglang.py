@@ -23,13 +23,13 @@ reports raw logprobs: pass `logprob_convention=LogprobConvention.RAW` then. SGLa
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from rltap.engines._http import HTTPEngineBase, error_for_status, iter_sse_data
+from rltap.engines._http import EventReader, HTTPEngineBase
+from rltap.engines._http_errors import error_for_status
 from rltap.errors import EngineError
 from rltap.types import LogprobConvention, ModelRequest, ModelResponse, StopReason, TokenChunk
 
@@ -147,6 +147,7 @@ class SGLangEngine(HTTPEngineBase):
     """
 
     engine_name = _ENGINE
+    request_path = _GENERATE
 
     def __init__(
         self,
@@ -172,10 +173,13 @@ class SGLangEngine(HTTPEngineBase):
     async def start(self) -> None:
         """Nothing to acquire up front: the HTTP session opens on the first request."""
 
+    def request_body(self, request: ModelRequest, *, stream: bool) -> dict[str, Any]:
+        return generate_body(request, stream=stream)
+
     async def generate(self, request: ModelRequest) -> ModelResponse:
         """Generate `request` in one non-streamed call."""
         started = time.perf_counter()
-        body = generate_body(request, stream=False)
+        body = self.request_body(request, stream=False)
         with self._inflight.track(request.request_id, cancel_task=False) as entry:
             try:
                 async with self._client.post(_GENERATE, body) as response:
@@ -184,12 +188,7 @@ class SGLangEngine(HTTPEngineBase):
             except EngineError:
                 if not entry.aborted:
                     raise
-                return ModelResponse(
-                    input_tokens=list(request.input_ids),
-                    stop_reason=StopReason.ABORT,
-                    logprob_convention=self.logprob_convention,
-                    latency=time.perf_counter() - started,
-                )
+                return self.aborted_response(request, started)
         data = _decode(payload)
         meta_info = data["meta_info"]
         token_ids, logprobs = _split(_triples(meta_info))
@@ -207,35 +206,23 @@ class SGLangEngine(HTTPEngineBase):
             latency=time.perf_counter() - started,
         )
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[TokenChunk]:
-        """Stream `request`: one chunk per server event; the last carries the stop reason."""
-        body = generate_body(request, stream=True)
+    def event_reader(self, request: ModelRequest) -> EventReader:
         cursor = _StreamCursor()
-        with self._inflight.track(request.request_id, cancel_task=False) as entry:
-            try:
-                async with self._client.post(_GENERATE, body) as response:
-                    entry.response = response
-                    async for payload in iter_sse_data(response):
-                        meta_info = _decode(payload)["meta_info"]
-                        token_ids, logprobs = _split(cursor.new_triples(meta_info))
-                        stop_reason = _finish(meta_info)
-                        if not token_ids and stop_reason is None:
-                            continue
-                        yield TokenChunk(
-                            token_ids=token_ids,
-                            logprobs=logprobs,
-                            versions=[self._version] * len(token_ids),
-                            stop_reason=stop_reason,
-                        )
-                        if stop_reason is not None:
-                            return
-            except EngineError:
-                if not entry.aborted:
-                    raise
-            if not entry.aborted:
-                msg = f"{_ENGINE} ended the stream without a finish reason"
-                raise EngineError(msg, is_retryable=True)
-        yield TokenChunk(token_ids=[], logprobs=[], versions=[], stop_reason=StopReason.ABORT)
+
+        def read_event(payload: bytes) -> TokenChunk | None:
+            meta_info = _decode(payload)["meta_info"]
+            token_ids, logprobs = _split(cursor.new_triples(meta_info))
+            stop_reason = _finish(meta_info)
+            if not token_ids and stop_reason is None:
+                return None
+            return TokenChunk(
+                token_ids=token_ids,
+                logprobs=logprobs,
+                versions=[self._version] * len(token_ids),
+                stop_reason=stop_reason,
+            )
+
+        return read_event
 
     async def abort(self, request_id: str) -> None:
         """Ask SGLang to abort `request_id`; its output so far comes back marked `abort`."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections import deque
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from rltap.engines._hf import (
     default_eos_ids,
 )
 from rltap.engines._sampling import RowSampler, StopCriteria, sample_rows
+from rltap.engines.base import EngineBase
 from rltap.errors import (
     Conflict,
     ContextLengthExceeded,
@@ -37,7 +37,7 @@ from rltap.errors import (
     InvalidRequest,
     RltapError,
 )
-from rltap.types import LogprobConvention, ModelRequest, ModelResponse, StopReason, TokenChunk
+from rltap.types import LogprobConvention, ModelRequest, StopReason, TokenChunk
 
 __all__ = ["TransformersEngine"]
 
@@ -102,7 +102,7 @@ def _abort_chunk() -> TokenChunk:
     return TokenChunk(token_ids=[], logprobs=[], versions=[], stop_reason=StopReason.ABORT)
 
 
-class TransformersEngine:
+class TransformersEngine(EngineBase):
     """An `InferenceEngine` running a local Hugging Face causal LM in this process.
 
     Concurrent requests decode as one batch; a request arriving mid-generation joins at the next
@@ -143,6 +143,7 @@ class TransformersEngine:
         if max_batch_size < 1:
             msg = f"max_batch_size must be >= 1, got {max_batch_size}"
             raise ValueError(msg)
+        super().__init__(version=version)
         self._host = ModelHost(
             model,
             tokenizer=tokenizer,
@@ -154,7 +155,6 @@ class TransformersEngine:
         self._max_batch_size = max_batch_size
         self._max_context_override = max_context
         self._eos_override = None if eos_token_ids is None else list(eos_token_ids)
-        self._version = version
         self._slots: dict[str, _Slot] = {}
         self._pending: deque[_Slot] = deque()
         self._batch: KVBatch[_Slot] = KVBatch(lambda: None, self._host.device)
@@ -168,15 +168,6 @@ class TransformersEngine:
         self._vocab_size = 0
 
     # -- lifecycle -------------------------------------------------------------------------
-
-    @property
-    def version(self) -> int:
-        """The policy version new tokens are generated with."""
-        return self._version
-
-    def set_version(self, version: int) -> None:
-        """Declare the policy version after a trainer pushed new weights by other means."""
-        self._version = version
 
     @property
     def model(self) -> Any:
@@ -242,18 +233,6 @@ class TransformersEngine:
         self._batch.reset()
 
     # -- requests ----------------------------------------------------------------------------
-
-    async def generate(self, request: ModelRequest) -> ModelResponse:
-        """Run `request` to completion (`stream` collected into one response)."""
-        started = time.perf_counter()
-        response = ModelResponse(
-            input_tokens=list(request.input_ids), logprob_convention=self.logprob_convention
-        )
-        async with contextlib.aclosing(self.stream(request)) as chunks:
-            async for chunk in chunks:
-                response.extend(chunk)
-        response.latency = time.perf_counter() - started
-        return response
 
     async def stream(self, request: ModelRequest) -> AsyncGenerator[TokenChunk, None]:
         """Yield tokens as the decode loop produces them; the last chunk has the stop reason.

@@ -16,13 +16,14 @@ whose client disconnected and frees its slot.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
 
-from rltap.engines._http import HTTPEngineBase, error_for_status, iter_sse_data
+from rltap.engines._http import EventReader, HTTPEngineBase
+from rltap.engines._http_errors import error_for_status
 from rltap.errors import EngineError
 from rltap.types import LogprobConvention, ModelRequest, ModelResponse, StopReason, TokenChunk
 
@@ -124,6 +125,7 @@ class VLLMEngine(HTTPEngineBase):
     """
 
     engine_name = _ENGINE
+    request_path = _COMPLETIONS
 
     def __init__(
         self,
@@ -162,12 +164,14 @@ class VLLMEngine(HTTPEngineBase):
             msg = f"{_ENGINE} at {self.url} lists no model: {str(data)[:500]}"
             raise EngineError(msg) from exc
 
+    def request_body(self, request: ModelRequest, *, stream: bool) -> dict[str, Any]:
+        return completion_body(request, self.model, stream=stream)
+
     async def generate(self, request: ModelRequest) -> ModelResponse:
         """Generate `request` in one non-streamed call."""
-        if self.model is None:
-            await self.start()
+        await self.start()
         started = time.perf_counter()
-        body = completion_body(request, self.model, stream=False)
+        body = self.request_body(request, stream=False)
         data: Any = None
         entry = self._inflight.add(request.request_id, cancel_task=True)
         try:
@@ -179,15 +183,7 @@ class VLLMEngine(HTTPEngineBase):
         finally:
             self._inflight.remove(request.request_id)
         if data is None:  # aborted before vLLM answered: nothing was produced
-            return ModelResponse(
-                input_tokens=list(request.input_ids),
-                stop_reason=StopReason.ABORT,
-                logprob_convention=self.logprob_convention,
-                latency=time.perf_counter() - started,
-            )
-        return self._response(request, data, time.perf_counter() - started)
-
-    def _response(self, request: ModelRequest, data: Any, latency: float) -> ModelResponse:
+            return self.aborted_response(request, started)
         choice = _choice(data)
         _check_prompt(choice, request.input_ids)
         token_ids, logprobs = _tokens_and_logprobs(choice)
@@ -198,34 +194,11 @@ class VLLMEngine(HTTPEngineBase):
             output_versions=[self._version] * len(token_ids),
             stop_reason=_stop_reason(str(choice.get("finish_reason") or "stop")),
             logprob_convention=self.logprob_convention,
-            latency=latency,
+            latency=time.perf_counter() - started,
         )
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[TokenChunk]:
-        """Stream `request`: one chunk per server event; the last carries the stop reason."""
-        if self.model is None:
-            await self.start()
-        body = completion_body(request, self.model, stream=True)
-        with self._inflight.track(request.request_id, cancel_task=False) as entry:
-            try:
-                async with self._client.post(_COMPLETIONS, body) as response:
-                    entry.response = response
-                    if entry.aborted:  # abort() came before the response headers
-                        response.close()
-                    async for payload in iter_sse_data(response):
-                        chunk = self._chunk(request, payload)
-                        if chunk is None:
-                            continue
-                        yield chunk
-                        if chunk.stop_reason is not None:
-                            return
-            except EngineError:
-                if not entry.aborted:
-                    raise
-            if not entry.aborted:
-                msg = f"{_ENGINE} ended the stream without a finish reason"
-                raise EngineError(msg, is_retryable=True)
-        yield TokenChunk(token_ids=[], logprobs=[], versions=[], stop_reason=StopReason.ABORT)
+    def event_reader(self, request: ModelRequest) -> EventReader:
+        return functools.partial(self._chunk, request)
 
     def _chunk(self, request: ModelRequest, payload: bytes) -> TokenChunk | None:
         try:
