@@ -1,15 +1,16 @@
 """Inference engines: embedded transformers, vLLM and SGLang over HTTP, and a scripted fake.
 
 Engine classes are imported on first use: each pulls in its own stack (torch, an HTTP client).
+The embedded ones (transformers, scripted) need the `rltap[embedded]` extra.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rltap._lazy import lazy_getattr
 from rltap.engines.base import InferenceEngine
-from rltap.engines.factory import ENGINE_KINDS, EngineKind, create_engine
+from rltap.engines.factory import ENGINE_KINDS, EngineKind, create_engine, require_embedded
 
 if TYPE_CHECKING:
     from rltap.engines.scripted import ScriptedEngine
@@ -34,6 +35,11 @@ _LAZY = {
     "TransformersEngine": "rltap.engines.transformers",
     "VLLMEngine": "rltap.engines.vllm",
 }
+_EMBEDDED = frozenset({"ScriptedEngine", "TransformersEngine"})
+_lazy_getattr = lazy_getattr("rltap.engines", globals(), _LAZY)
 
 
-__getattr__ = lazy_getattr("rltap.engines", globals(), _LAZY)
+def __getattr__(name: str) -> Any:
+    if name in _EMBEDDED:
+        require_embedded(f"rltap.engines.{name}")
+    return _lazy_getattr(name)

@@ -1,16 +1,37 @@
-"""Build an engine by name, the way `rltap serve --engine ...` does."""
+"""Build an engine by name, the way `rltap serve --engine ...` does.
+
+Each engine's module is imported only when that engine is built. The vLLM and SGLang engines
+need nothing beyond `pip install rltap`; the transformers and scripted engines run the model
+in-process and need torch, which the `rltap[embedded]` extra installs: without it, building one
+fails with an ImportError that says so.
+"""
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import Literal
 
 from rltap.engines.base import InferenceEngine
 
-__all__ = ["ENGINE_KINDS", "EngineKind", "create_engine"]
+__all__ = ["EMBEDDED_EXTRA", "ENGINE_KINDS", "EngineKind", "create_engine", "require_embedded"]
 
 EngineKind = Literal["transformers", "vllm", "sglang", "scripted"]
 ENGINE_KINDS: tuple[EngineKind, ...] = ("transformers", "vllm", "sglang", "scripted")
+EMBEDDED_EXTRA = "rltap[embedded]"
+
+
+def require_embedded(what: str) -> None:
+    """Raise an ImportError naming the extra to install when torch, which `what` needs, is not
+    importable."""
+    try:
+        importlib.import_module("torch")
+    except ImportError as exc:
+        msg = (
+            f"{what} needs torch, which the {EMBEDDED_EXTRA} extra installs: "
+            f"pip install '{EMBEDDED_EXTRA}' ({exc})"
+        )
+        raise ImportError(msg, name="torch") from exc
 
 
 def create_engine(
@@ -40,9 +61,13 @@ def create_engine(
         from rltap.engines.sglang import SGLangEngine
 
         return SGLangEngine(url)
+    if kind not in ENGINE_KINDS:
+        msg = f"unknown engine {kind!r}; choose one of {', '.join(ENGINE_KINDS)}"
+        raise ValueError(msg)
     if model is None:
         msg = f"the {kind} engine needs --model (a local model folder)"
         raise ValueError(msg)
+    require_embedded(f"the {kind} engine")
     if kind == "transformers":
         from rltap.engines.transformers import TransformersEngine
 
@@ -53,14 +78,11 @@ def create_engine(
             dtype=dtype,
             device=device,
         )
-    if kind == "scripted":
-        if not script:
-            msg = "the scripted engine needs --script module:function"
-            raise ValueError(msg)
-        from rltap.engines.scripted import ScriptedEngine
+    if not script:
+        msg = "the scripted engine needs --script module:function"
+        raise ValueError(msg)
+    from rltap.engines.scripted import ScriptedEngine
 
-        return ScriptedEngine(
-            script, str(model), tokenizer=str(tokenizer or model), num_threads=num_threads
-        )
-    msg = f"unknown engine {kind!r}; choose one of {', '.join(ENGINE_KINDS)}"
-    raise ValueError(msg)
+    return ScriptedEngine(
+        script, str(model), tokenizer=str(tokenizer or model), num_threads=num_threads
+    )
