@@ -44,6 +44,7 @@ from typing import Any, cast
 from jinja2 import TemplateError
 
 from rltap.chat.piece_encoder import PieceEncoder
+from rltap.chat.stream_decoder import StreamDecoder
 from rltap.chat.template_render import CompiledChatTemplate
 from rltap.errors import InvalidRequest
 from rltap.types import InteractionWithTokenLogpReward
@@ -348,47 +349,3 @@ def _generation_eos_ids(path: Path) -> list[int]:
     if eos is None:
         return []
     return [int(i) for i in (eos if isinstance(eos, list) else [eos])]
-
-
-class StreamDecoder:
-    """Turns ids that arrive a few at a time into text deltas.
-
-    A character whose UTF-8 bytes span several tokens is held back until it is complete, so
-    no delta ever carries half a character (U+FFFD); `flush` returns whatever is held back at
-    the end. Each `push` decodes only the ids since the last complete character.
-    """
-
-    def __init__(self, tokenizer: Any, *, skip_special_tokens: bool = False) -> None:
-        self._tokenizer = tokenizer  # anything with decode(ids, skip_special_tokens=...)
-        self._skip = skip_special_tokens
-        self._ids: list[int] = []
-        self._start = 0  # first id not yet turned into emitted text
-        self._text: list[str] = []
-
-    @property
-    def text(self) -> str:
-        """Everything emitted so far."""
-        return "".join(self._text)
-
-    def push(self, token_ids: Iterable[int]) -> str:
-        """Add ids; return the text they complete ("" while a character is still partial)."""
-        self._ids.extend(token_ids)
-        pending = self._decode(self._ids[self._start :])
-        if not pending or pending.endswith("\ufffd"):
-            return ""
-        return self._emit(pending)
-
-    def flush(self) -> str:
-        """Return the held-back text, complete or not."""
-        pending = self._decode(self._ids[self._start :])
-        return self._emit(pending) if pending else ""
-
-    def _emit(self, pending: str) -> str:
-        self._start = len(self._ids)
-        self._text.append(pending)
-        return pending
-
-    def _decode(self, ids: list[int]) -> str:
-        if not ids:
-            return ""
-        return str(self._tokenizer.decode(ids, skip_special_tokens=self._skip))
