@@ -7,7 +7,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 # nox finds uv (and the tests find rltap's console script) in the project venv.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: bootstrap test lint typecheck unit integrations matrix bench clean demo demo-venvs
+.PHONY: bootstrap test lint typecheck unit no-torch integrations matrix bench clean demo demo-venvs
 
 bootstrap: $(STAMP)
 
@@ -24,9 +24,9 @@ $(STAMP): constraints.txt requirements-dev.txt core/pyproject.toml
 	$(UV_INSTALL) -c constraints.txt $(TORCH_CPU) -e 'core[embedded]' -r requirements-dev.txt
 	touch $@
 
-## test: lint, type check, the core suite, every framework integration in its own venv, and the
-## integration matrix's table
-test: lint typecheck unit integrations matrix
+## test: lint, type check, the core suite, the torch-free install, every framework integration in
+## its own venv, and the integration matrix's table
+test: lint typecheck unit no-torch integrations matrix
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -38,6 +38,11 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	rm -rf .matrix
 	$(BIN)/pytest
+
+## no-torch: `pip install ./core` in a venv without torch (.venv-notorch) serves a chat completion
+## from the vLLM engine through the fake vLLM server
+no-torch: $(STAMP)
+	$(BIN)/python scripts/check_no_torch.py
 
 integrations: $(STAMP)
 	$(BIN)/nox
@@ -79,4 +84,4 @@ soak: $(STAMP)
 	$(BIN)/python bench/soak.py soak --sessions 10000
 
 clean:
-	rm -rf $(VENV) .nox .venv-vllm .matrix
+	rm -rf $(VENV) .nox .venv-vllm .venv-notorch .matrix

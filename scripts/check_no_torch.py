@@ -1,0 +1,165 @@
+"""`pip install ./core` without torch serves a chat completion through vLLM's HTTP API.
+
+Builds (or refreshes) a virtual environment with rltap and its plain dependencies only, checks
+that torch cannot be imported there, and from that environment alone: builds the offline Qwen
+tokenizer, starts the fake vLLM server (`bench/fake_vllm.py`), runs
+`rltap serve --engine vllm --url URL --tokenizer DIR`, opens a session and asks for one chat
+completion. Exits non-zero on any failure. `make test` runs it (`make no-torch` alone).
+
+Run: .venv/bin/python scripts/check_no_torch.py [--venv .venv-notorch]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+UV = Path(sys.executable).with_name("uv")
+REPLY = "Hello from the instant engine."  # what bench/fake_vllm.py's tokens decode to
+PRINT_TOKENIZER_DIR = "from rltap.testing.models import cached_qwen_tokenizer_dir as d; print(d())"
+
+
+class CheckFailed(Exception):
+    pass
+
+
+def build_venv(venv: Path) -> Path:
+    """`venv` with `./core` installed from a clean copy (no build output left in the tree)."""
+    python = venv / "bin" / "python"
+    if not python.exists():
+        subprocess.run([UV, "venv", "-q", "--python", sys.executable, venv], check=True)
+    with tempfile.TemporaryDirectory(prefix="rltap-core-") as tmp:
+        core = Path(tmp) / "core"
+        shutil.copytree(
+            ROOT / "core", core, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__")
+        )
+        install = [UV, "pip", "install", "-q", "--python", python, "-c", ROOT / "constraints.txt"]
+        subprocess.run([*install, "--reinstall-package", "rltap", core], check=True)
+    probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is not None)"
+    if subprocess.run([python, "-c", probe], check=False).returncode != 0:
+        msg = f"torch is importable in {venv}: something rltap requires pulled it in"
+        raise CheckFailed(msg)
+    return python
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def http(method: str, url: str, body: Any = None, key: str | None = None) -> tuple[int, Any]:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method)
+    request.add_header("Content-Type", "application/json")
+    if key is not None:
+        request.add_header("Authorization", f"Bearer {key}")
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read() or b"null")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(errors="replace")
+
+
+def wait_healthy(url: str, process: subprocess.Popen[bytes], within: float = 60.0) -> None:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            msg = f"{process.args!r} exited with {process.returncode} before {url} answered"
+            raise CheckFailed(msg)
+        try:
+            urllib.request.urlopen(url, timeout=2).close()
+            return
+        except OSError:
+            time.sleep(0.2)
+    msg = f"{url} did not answer within {within:g} s"
+    raise CheckFailed(msg)
+
+
+@contextmanager
+def running(command: list[str | Path], health_url: str) -> Iterator[None]:
+    process = subprocess.Popen(command, cwd=ROOT)
+    try:
+        wait_healthy(health_url, process)
+        yield
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def chat_once(proxy: str, admin_key: str) -> str:
+    status, session = http("POST", f"{proxy}/rl/start_session", {}, key=admin_key)
+    if status != 200:
+        msg = f"start_session answered {status}: {session}"
+        raise CheckFailed(msg)
+    body = {"model": "fake", "messages": [{"role": "user", "content": "hi"}]}
+    status, reply = http("POST", f"{proxy}/v1/chat/completions", body, key=session["api_key"])
+    if status != 200:
+        msg = f"chat completion answered {status}: {reply}"
+        raise CheckFailed(msg)
+    return str(reply["choices"][0]["message"]["content"])
+
+
+def check(venv: Path) -> str:
+    python = build_venv(venv)
+    tokenizer = subprocess.run(
+        [python, "-c", PRINT_TOKENIZER_DIR],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    engine_port, proxy_port = free_port(), free_port()
+    engine = f"http://127.0.0.1:{engine_port}"
+    proxy = f"http://127.0.0.1:{proxy_port}"
+    admin_key = secrets.token_urlsafe(24)
+    fake = [python, ROOT / "bench" / "fake_vllm.py", "--port", str(engine_port)]
+    serve = [
+        venv / "bin" / "rltap", "serve", "--port", str(proxy_port), "--admin-key", admin_key,
+        "--engine", "vllm", "--url", engine, "--tokenizer", tokenizer,
+    ]  # fmt: skip
+    with running(fake, f"{engine}/health"), running(serve, f"{proxy}/health"):
+        content = chat_once(proxy, admin_key)
+    if content != REPLY:
+        msg = f"the reply was {content!r}, expected {REPLY!r}"
+        raise CheckFailed(msg)
+    return content
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--venv", type=Path, default=ROOT / ".venv-notorch")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    try:
+        content = check(args.venv.resolve())
+    except (CheckFailed, subprocess.CalledProcessError) as exc:
+        print(f"no-torch: FAILED: {exc}", file=sys.stderr)
+        return 1
+    seconds = time.perf_counter() - started
+    print(
+        f"no-torch: pass: without torch, `rltap serve --engine vllm` answered {content!r} "
+        f"through the fake vLLM ({seconds:.1f} s)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
