@@ -210,6 +210,24 @@ async def test_a_stream_closed_while_read_fails_as_a_dropped_connection() -> Non
         await asyncio.wait_for(server.disconnected.wait(), 5)
 
 
+async def test_cancelling_a_call_before_its_reply_hangs_up_on_the_server() -> None:
+    """What `abort` does to a non-streamed vLLM call: the task awaiting it is cancelled."""
+
+    asked = asyncio.Event()
+
+    async def silence(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        asked.set()
+        await reader.read()
+
+    async with raw_server(silence) as server, engine_client(server.url) as client:
+        call = asyncio.create_task(client.post_json("/", {}))
+        await asyncio.wait_for(asked.wait(), 5)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        await asyncio.wait_for(server.disconnected.wait(), 5)
+
+
 async def test_a_connection_dropped_mid_body_is_a_retryable_engine_error() -> None:
     async def half(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writer.write(b'HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{"partial"')

@@ -60,8 +60,10 @@ class EngineHTTPClient:
 
     Usage:
         client = EngineHTTPClient("http://127.0.0.1:8000", engine="vLLM")
-        async with client.post("/v1/completions", body) as response:
-            data = await client.read_json(response)
+        data = await client.post_json("/v1/completions", body)
+        async with client.post("/v1/completions", {**body, "stream": True}) as response:
+            async for payload in iter_sse_data(response):
+                ...
         await client.close()
     """
 
@@ -135,11 +137,6 @@ class EngineHTTPClient:
     async def get_json(self, path: str) -> Any:
         """GET `path` and decode its JSON body."""
         return await self._call_json("GET", path, None)
-
-    async def read_json(self, response: aiohttp.ClientResponse) -> Any:
-        """The decoded JSON body of a response from `post`, errors mapped."""
-        with map_http_errors(self.engine, str(response.url)):
-            return orjson.loads(await response.read())
 
     async def close(self) -> None:
         """Close the connections; the next request opens new ones."""
