@@ -134,3 +134,13 @@ def test_changing_a_standard_test_fails_the_guard(name: str, replacement: Any) -
     changed = type("_Changed", (AdapterStandardTests,), {name: replacement})
     with pytest.raises(AssertionError, match=f"overrides or deletes the standard test {name}"):
         AdapterStandardTests.test_no_overrides(changed())
+
+
+def test_the_openai_sdk_s_streamed_error_event_maps_to_rltap_error() -> None:
+    # What openai raises for an SSE error event: an APIError carrying the event's error body.
+    request = httpx.Request("POST", "http://proxy/v1/chat/completions")
+    body = {"message": "the engine fell over", "type": "api_error", "code": "engine_error"}
+    streamed = openai.APIError("the engine fell over", request, body=body)
+    mapped = rltap_error_from(streamed)
+    assert type(mapped) is errors.EngineError
+    assert "the engine fell over" in str(mapped)

@@ -8,8 +8,9 @@ public `run` does the common work (template method, as OpenTelemetry's instrumen
 2. the subclass's `_run(data, connection)` builds the framework's client on that connection and
    runs the user's agent;
 3. the reward: `reward_fn(result, data)` when given, else what `_run` returned;
-4. errors: an HTTP error from the proxy, however deep the framework wrapped it, is raised as
-   rltap's own error type (`EngineError` for a 502, `SessionGone` for a 410, ...).
+4. errors: an HTTP error from the proxy, or an error event inside a stream, however deep the
+   framework wrapped it, is raised as rltap's own error type (`EngineError` for a 502,
+   `SessionGone` for a 410, ...).
 
 Each adapter declares the framework range it is tested on once (`requirement`); constructing an
 adapter with another version installed fails with both versions named.
