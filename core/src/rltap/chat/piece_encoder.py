@@ -17,9 +17,10 @@ Usage:
 
 from __future__ import annotations
 
-import functools
 import re
 from typing import Any
+
+from rltap.chat.lru import LRUCache
 
 __all__ = ["PieceEncoder"]
 
@@ -44,7 +45,7 @@ class PieceEncoder:
         # Longest first: at one position the longest added token wins, as in the tokenizer.
         alternatives = sorted(added, key=len, reverse=True)
         self._split = re.compile("(" + "|".join(map(re.escape, alternatives)) + ")").split
-        self._cached_piece_ids = functools.lru_cache(maxsize=max_entries)(self._piece_ids)
+        self._cache: LRUCache[str, list[int]] = LRUCache(max_entries)
         self._max_piece_chars = max_piece_chars
 
     @classmethod
@@ -71,15 +72,18 @@ class PieceEncoder:
         for index, piece in enumerate(self._split(text)):
             if index % 2:  # odd places hold the added tokens the split kept
                 ids.append(self._added[piece])
-            elif len(piece) > self._max_piece_chars:
-                ids += self._piece_ids(piece)
             elif piece:
-                ids += self._cached_piece_ids(piece)
+                ids += self._piece_ids(piece)
         return ids
 
     def cache_size(self) -> int:
         """How many pieces are cached now."""
-        return int(self._cached_piece_ids.cache_info().currsize)
+        return len(self._cache)
 
     def _piece_ids(self, piece: str) -> list[int]:
-        return list(self._backend.encode(piece, add_special_tokens=False).ids)
+        ids = self._cache.get(piece)
+        if ids is None:
+            ids = list(self._backend.encode(piece, add_special_tokens=False).ids)
+            if len(piece) <= self._max_piece_chars:
+                self._cache.put(piece, ids)
+        return ids

@@ -41,11 +41,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+import orjson
 from jinja2 import TemplateError
 
+from rltap.chat.lru import LRUCache
 from rltap.chat.piece_encoder import PieceEncoder
 from rltap.chat.stream_decoder import StreamDecoder
-from rltap.chat.template_render import CompiledChatTemplate
+from rltap.chat.template_render import REASONING_FIELDS, CompiledChatTemplate
 from rltap.errors import InvalidRequest
 from rltap.types import InteractionWithTokenLogpReward
 
@@ -120,6 +122,7 @@ class ChatRenderer:
         backend = getattr(tokenizer, "backend_tokenizer", None)
         self._backend = backend if callable(getattr(backend, "encode", None)) else None
         self._pieces = PieceEncoder.for_backend(backend) if self._backend is not None else None
+        self._head_turns_by_shape: LRUCache[tuple[Any, ...], int] = LRUCache(4096)
         # The Rust decoder gives transformers' text unless transformers cleans up spaces after it.
         plain = self._backend is not None and not getattr(
             tokenizer, "clean_up_tokenization_spaces", False
@@ -306,11 +309,51 @@ class ChatRenderer:
         tools: Sequence[Mapping[str, Any]] | None,
         template_kwargs: Mapping[str, Any] | None,
     ) -> int:
-        """How many end-of-turn markers the rendering of `head` alone contains."""
-        text = self.render_text(
-            head, tools=tools, add_generation_prompt=False, template_kwargs=template_kwargs
+        """How many end-of-turn markers the rendering of `head` alone contains.
+
+        The count depends on the head's shape (roles, tool calls, reasoning, kind of content),
+        not on its text, unless the text itself contains the marker: it is remembered per shape,
+        which saves one of the two template renderings of a concat call.
+        """
+        shape = _head_shape(head, tools, template_kwargs, self._end_of_turn)
+        turns = self._head_turns_by_shape.get(shape) if shape is not None else None
+        if turns is None:
+            text = self.render_text(
+                head, tools=tools, add_generation_prompt=False, template_kwargs=template_kwargs
+            )
+            turns = text.count(self._end_of_turn)
+            if shape is not None:
+                self._head_turns_by_shape.put(shape, turns)
+        return turns
+
+
+def _head_shape(
+    head: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]] | None,
+    template_kwargs: Mapping[str, Any] | None,
+    marker: str,
+) -> tuple[Any, ...] | None:
+    """What the number of end-of-turn markers in the rendering of `head` can depend on; None
+    when the messages, tools or template arguments contain the marker's text (or are not JSON)."""
+    try:
+        text = orjson.dumps([list(head), tools])
+        kwargs = orjson.dumps(template_kwargs or {}, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        return None
+    if marker.encode() in text or marker.encode() in kwargs:
+        return None
+    roles = tuple(
+        (
+            message.get("role"),
+            bool(message.get("tool_calls")),
+            any(message.get(key) is not None for key in REASONING_FIELDS),
+            type(message.get("content")).__name__,
+            bool(message.get("content")),
+            bool(message.get("name")),
         )
-        return text.count(self._end_of_turn)
+        for message in head
+    )
+    return roles, bool(tools), kwargs
 
 
 def _render_window(
