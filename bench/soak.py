@@ -54,8 +54,8 @@ def serve(args: argparse.Namespace) -> int:
 
     from rltap.chat.renderer import ChatRenderer
     from rltap.chat.streaming import build_output_parser
-    from rltap.proxy.app import ProxyConfig, create_app
-    from rltap.proxy.state import ProxyLimits
+    from rltap.proxy.app import create_app
+    from rltap.proxy.state import ProxyConfig, ProxyLimits
     from rltap.session import SessionConfig
     from rltap.testing.models import cached_qwen_tokenizer_dir
 

@@ -42,6 +42,15 @@ from rltap.errors import (
     RltapError,
     SessionGone,
 )
+from rltap.generation import (
+    CanonicalRequest,
+    FinishReason,
+    Generation,
+    GenerationDelta,
+    GenerationEnd,
+    GenerationStart,
+    StreamEvent,
+)
 from rltap.protocols import anthropic_messages
 from rltap.protocols.anthropic_messages import (
     ID_PREFIX,
@@ -50,16 +59,7 @@ from rltap.protocols.anthropic_messages import (
     error_body,
     parse_request,
 )
-from rltap.protocols.base import (
-    CanonicalRequest,
-    FinishReason,
-    Generation,
-    GenerationDelta,
-    GenerationEnd,
-    GenerationStart,
-    SSEEvent,
-    StreamEvent,
-)
+from rltap.sse import SSEEvent
 from rltap.types import ModelResponse, StopReason
 
 EVENT_ADAPTER: TypeAdapter[Any] = TypeAdapter(RawMessageStreamEvent)
@@ -619,7 +619,7 @@ def encode_all(request: CanonicalRequest, events: Sequence[StreamEvent]) -> list
 
 
 def sse_bytes(events: Sequence[SSEEvent]) -> bytes:
-    """SSE text as `rltap.proxy.sse` formats it."""
+    """SSE text as `rltap.sse` formats it."""
     chunks: list[bytes] = []
     for sse in events:
         if sse.event is not None:
@@ -966,6 +966,7 @@ def test_error_body(exc: RltapError, error_type: str) -> None:
 def test_exports() -> None:
     expected = [
         "ID_PREFIX",
+        "SPEC",
         "MessageCreateParams",
         "StreamEncoder",
         "build_response",

@@ -17,8 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from rltap.chat.renderer import ChatRenderer
 from rltap.chat.streaming import build_output_parser
 from rltap.engines.scripted import ScriptedEngine
-from rltap.proxy.app import ProxyConfig
-from rltap.proxy.state import ProxyLimits
+from rltap.proxy.state import ProxyConfig, ProxyLimits
 from rltap.session import SessionConfig
 from rltap.testing.proxy import TEST_ADMIN_KEY, RunningProxy, start_test_proxy
 from rltap.testing.scripts import tool_loop

@@ -15,7 +15,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
-from pydantic import ValidationError
 
 from rltap.canonical import canonical_message
 from rltap.chat.parsed import (
@@ -27,39 +26,21 @@ from rltap.chat.parsed import (
     fold_deltas,
 )
 from rltap.errors import EngineError, InvalidRequest, RltapError
-from rltap.protocols import openai_chat as proto
-from rltap.protocols._validation import validation_error_to_invalid_request
-from rltap.protocols.base import (
+from rltap.generation import (
     CanonicalRequest,
     FinishReason,
     Generation,
     GenerationDelta,
     GenerationEnd,
     GenerationStart,
-    SSEEvent,
     StreamEvent,
 )
-from rltap.protocols.openai_chat.request import _ChatCompletionBody, to_canonical
+from rltap.protocols import openai_chat as proto
+from rltap.sse import SSEEvent
 from rltap.types import ModelResponse, StopReason
 
 USER = {"role": "user", "content": "hi"}
 SYSTEM_MESSAGE = {"role": "system", "content": "Be brief."}
-# Messages whose canonical form is themselves, and ones that change (developer, parts) or fail.
-_KNOWN_CHOICES = [
-    {"role": "user", "content": "hi"},
-    {"role": "assistant", "content": "a"},
-    {"role": "developer", "content": "d"},
-    {"role": "user", "content": [{"type": "text", "text": "p", "x": 1}]},
-    {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [
-            {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}
-        ],
-    },
-    {"role": "tool", "tool_call_id": "c", "content": "r"},
-    {"role": "user", "content": 5},
-]
 PROMPT_LEN = 7
 CREATED = 1_700_000_000.75
 
@@ -188,7 +169,7 @@ def request(**overrides: Any) -> CanonicalRequest:
 
 
 def sse_bytes(events: list[SSEEvent]) -> bytes:
-    """SSE text as `rltap.proxy.sse` writes it."""
+    """SSE text as `rltap.sse` writes it."""
     out = b""
     for event in events:
         if event.event is not None:
@@ -395,102 +376,6 @@ def test_a_long_history_of_plain_messages_is_checked_message_by_message() -> Non
         proto.parse_request({"messages": bad})
     assert info.value.param == "messages[100].content"
     assert proto.parse_request({"messages": history}).messages == history
-
-
-_ODD_VALUES = st.sampled_from(
-    [None, True, False, 0, 1, -1, 128, 129, 10**20, 0.0, -0.0, 0.5, 1.0, 1.5, 2, "1", "x", [], {}]
-) | st.floats(allow_nan=True, allow_infinity=True)
-# Mostly values the fast path takes (so both paths are compared on it), sometimes odd ones.
-_VALID_VALUES = {
-    "model": st.text(max_size=4),
-    "max_tokens": st.integers(1, 10**25),
-    "max_completion_tokens": st.integers(1, 10**6),
-    "temperature": st.integers(0, 3) | st.floats(0, 3),
-    "top_p": st.just(1) | st.floats(0, 1, exclude_min=True),
-    "n": st.integers(1, 128),
-    "seed": st.integers(-(2**70), 2**70),
-    "stream": st.booleans(),
-    "stop": st.text(max_size=3),  # not a key the fast path takes
-}
-_SIMPLE_BODIES = st.fixed_dictionaries(
-    {
-        "messages": st.sampled_from(
-            [[USER], [USER, {"role": "assistant", "content": "a"}], [USER] * 3, [], "x"]
-        )
-    },
-    optional={key: st.one_of(*[valid] * 4, _ODD_VALUES) for key, valid in _VALID_VALUES.items()},
-)
-
-
-def _through_the_wire_model(body: dict[str, Any]) -> Any:
-    try:
-        return to_canonical(_ChatCompletionBody.model_validate(body))
-    except ValidationError as exc:
-        return validation_error_to_invalid_request(exc)
-    except InvalidRequest as exc:
-        return exc
-
-
-_PLAIN_BODIES = st.fixed_dictionaries(
-    {"messages": st.sampled_from([[USER], [USER, {"role": "assistant", "content": "a"}]])},
-    optional={key: valid for key, valid in _VALID_VALUES.items() if key != "stop"},
-)
-
-
-@settings(max_examples=400, deadline=None)
-@given(body=_SIMPLE_BODIES | _PLAIN_BODIES)
-def test_a_plain_body_parses_as_the_wire_model_parses_it(body: dict[str, Any]) -> None:
-    # parse_request takes common bodies without the pydantic model; the result must not differ.
-    expected = _through_the_wire_model(body)
-    if isinstance(expected, InvalidRequest):
-        with pytest.raises(InvalidRequest) as info:
-            proto.parse_request(body)
-        assert (str(info.value), info.value.param) == (str(expected), expected.param)
-        return
-    parsed = proto.parse_request(body)
-    assert parsed == expected
-    assert type(parsed.temperature) is type(expected.temperature)
-    assert type(parsed.top_p) is type(expected.top_p)
-
-
-def test_known_leading_messages_are_taken_as_they_are() -> None:
-    first = proto.parse_request({"messages": [SYSTEM_MESSAGE, USER]})
-    history = [SYSTEM_MESSAGE, USER, {"role": "assistant", "content": "a"}, USER]
-    body = {"messages": json.loads(json.dumps(history))}
-    request = proto.parse_request(body, first.messages)
-    assert request == proto.parse_request(json.loads(json.dumps(body)))
-    assert all(m is k for m, k in zip(request.messages, first.messages, strict=False))
-
-
-def test_a_bad_message_after_known_ones_is_named_by_its_place() -> None:
-    known = proto.parse_request({"messages": [USER, USER]}).messages
-    with pytest.raises(InvalidRequest) as info:
-        proto.parse_request({"messages": [USER, USER, {"role": "user", "content": 5}]}, known)
-    assert info.value.param == "messages[2].content"
-
-
-@settings(max_examples=200, deadline=None)
-@given(
-    known=st.lists(st.sampled_from(_KNOWN_CHOICES), max_size=4),
-    sent=st.lists(st.sampled_from(_KNOWN_CHOICES), min_size=1, max_size=6),
-)
-def test_known_messages_never_change_the_result(
-    known: list[dict[str, Any]], sent: list[dict[str, Any]]
-) -> None:
-    body = {"messages": json.loads(json.dumps(sent))}
-    try:
-        canonical_known = proto.parse_request({"messages": known}).messages if known else []
-    except InvalidRequest:
-        return  # known messages come from a request that was accepted
-    expected = _parsed_or_error(json.loads(json.dumps(body)), [])
-    assert _parsed_or_error(body, canonical_known) == expected
-
-
-def _parsed_or_error(body: dict[str, Any], known: list[dict[str, Any]]) -> Any:
-    try:
-        return proto.parse_request(body, known)
-    except InvalidRequest as exc:
-        return (str(exc), exc.param)
 
 
 def test_missing_model_defaults_to_empty() -> None:
@@ -986,6 +871,7 @@ def test_exports() -> None:
     assert sorted(proto.__all__) == sorted(
         [
             "ID_PREFIX",
+            "SPEC",
             "ChatCompletionRequest",
             "StreamEncoder",
             "build_response",

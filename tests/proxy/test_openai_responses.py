@@ -25,17 +25,17 @@ from rltap.chat.parsed import (
     ToolCallStartDelta,
 )
 from rltap.errors import CapacityExhausted, EngineError, InvalidRequest, RltapError
-from rltap.protocols import openai_responses as proto
-from rltap.protocols.base import (
+from rltap.generation import (
     CanonicalRequest,
     FinishReason,
     Generation,
     GenerationDelta,
     GenerationEnd,
     GenerationStart,
-    SSEEvent,
     StreamEvent,
 )
+from rltap.protocols import openai_responses as proto
+from rltap.sse import SSEEvent
 from rltap.types import ModelResponse, StopReason
 
 EVENT_ADAPTER: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
@@ -52,6 +52,7 @@ CREATED = 1_700_000_000.0
 def test_exports() -> None:
     expected = [
         "ID_PREFIX",
+        "SPEC",
         "ResponsesRequest",
         "StreamEncoder",
         "build_response",

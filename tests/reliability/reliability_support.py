@@ -18,8 +18,7 @@ from typing import Any, Protocol
 import pytest
 
 from rltap.chat.streaming import build_output_parser
-from rltap.proxy.app import ProxyConfig
-from rltap.proxy.state import ProxyLimits
+from rltap.proxy.state import ProxyConfig, ProxyLimits
 from rltap.session import SessionConfig
 from rltap.testing.proxy import TEST_ADMIN_KEY, RunningProxy
 from rltap.types import ModelRequest, ModelResponse, StopReason, TokenChunk

@@ -24,10 +24,10 @@ from reliability_support import HOLD, HeldEngine, MakeProxy, assert_error, poll
 
 from rltap import errors
 from rltap.chat.renderer import ChatRenderer
-from rltap.proxy.app import ProxyConfig, create_app
+from rltap.proxy.app import create_app
 from rltap.proxy.client import OpenAIProxyClient
 from rltap.proxy.server import ProxyServer
-from rltap.proxy.state import ProxyLimits, SessionState
+from rltap.proxy.state import ProxyConfig, ProxyLimits, SessionState
 from rltap.testing.proxy import TEST_ADMIN_KEY, RunningProxy
 from rltap.workflow import OpenAIProxyWorkflow, resolve_workflow
 

@@ -15,8 +15,7 @@ import pytest
 
 from rltap.chat.renderer import ChatRenderer
 from rltap.engines.scripted import Script, ScriptedEngine
-from rltap.proxy.app import ProxyConfig
-from rltap.proxy.state import ProxyLimits
+from rltap.proxy.state import ProxyConfig, ProxyLimits
 from rltap.session import SessionConfig
 from rltap.testing.proxy import TEST_ADMIN_KEY, RunningProxy, start_test_proxy
 from rltap.testing.scripts import echo

@@ -15,7 +15,7 @@ Usage:
 from __future__ import annotations
 
 import importlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -26,10 +26,11 @@ import orjson
 from rltap.chat.renderer import ChatRenderer
 from rltap.chat.streaming import build_output_parser
 from rltap.engines.base import InferenceEngine
-from rltap.errors import RltapError
-from rltap.exchange import PROTOCOLS, JsonReply, api_for_path, parse, reply
+from rltap.errors import NotFound, RltapError
+from rltap.exchange import JsonReply, reply
 from rltap.export import ExportStyle
-from rltap.protocols.base import Api
+from rltap.json_body import parse_json
+from rltap.protocols import SPECS, spec_for_path
 from rltap.rewards import Aggregate
 from rltap.session import Session, SessionConfig
 from rltap.types import InteractionWithTokenLogpReward
@@ -38,19 +39,19 @@ __all__ = ["ArealOpenAI", "DirectOpenAI", "DirectTransport"]
 
 
 def _sdk_http() -> ModuleType:
-    """The HTTP library the installed openai SDK speaks (httpx2 for openai 3, else httpx)."""
-    base = importlib.import_module("openai._base_client")
-    module = getattr(base, "httpx2", None) or getattr(base, "httpx", None)
-    if module is None:  # pragma: no cover - every openai release imports one of them
-        module = importlib.import_module("httpx")
-    return module
+    """The HTTP library the installed openai SDK speaks (httpx2 for openai 3, else httpx): the
+    package of the `AsyncClient` that its public `DefaultAsyncHttpxClient` extends."""
+    for base in openai.DefaultAsyncHttpxClient.__mro__[1:]:
+        if base.__name__ == "AsyncClient":
+            return importlib.import_module(base.__module__.partition(".")[0])
+    return importlib.import_module("httpx")  # pragma: no cover - every release extends one
 
 
 _http = _sdk_http()
 
 
 class _Chunks(_http.AsyncByteStream):  # type: ignore[misc,name-defined]
-    def __init__(self, chunks: AsyncIterator[bytes]) -> None:
+    def __init__(self, chunks: AsyncGenerator[bytes, None]) -> None:
         self._chunks = chunks
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
@@ -58,9 +59,7 @@ class _Chunks(_http.AsyncByteStream):  # type: ignore[misc,name-defined]
             yield chunk
 
     async def aclose(self) -> None:
-        aclose = getattr(self._chunks, "aclose", None)
-        if aclose is not None:
-            await aclose()
+        await self._chunks.aclose()
 
 
 class DirectTransport(_http.AsyncBaseTransport):  # type: ignore[misc,name-defined]
@@ -71,16 +70,16 @@ class DirectTransport(_http.AsyncBaseTransport):  # type: ignore[misc,name-defin
 
     async def handle_async_request(self, request: Any) -> Any:
         path = str(request.url.path)
-        api: Api = "chat"
+        spec = spec_for_path(path) or SPECS["chat"]
         try:
-            api = api_for_path(path)
-            body = orjson.loads(await request.aread())
-            result = await reply(self.session, parse(api, body))
+            if not spec.owns(path):
+                msg = f"no generation API at {path}"
+                raise NotFound(msg)
+            body = parse_json(await request.aread())
+            result = await reply(self.session, spec.parse(body))
         except RltapError as exc:
-            error = PROTOCOLS[api].error_body(exc)
+            error = spec.error_body(exc)
             return _http.Response(exc.status_code, json=error, request=request)
-        except orjson.JSONDecodeError as exc:
-            return _http.Response(400, json={"error": {"message": str(exc)}}, request=request)
         if isinstance(result, JsonReply):
             content = orjson.dumps(result.body)
             headers = {"content-type": "application/json"}

@@ -16,8 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,8 +27,7 @@ from rltap.chat.renderer import ChatRenderer
 from rltap.chat.streaming import OutputParser
 from rltap.engines.base import InferenceEngine
 from rltap.errors import ContextLengthExceeded, EngineError, NotFound
-from rltap.ids import random_hex
-from rltap.protocols.base import (
+from rltap.generation import (
     Api,
     CanonicalRequest,
     FinishReason,
@@ -39,6 +37,8 @@ from rltap.protocols.base import (
     GenerationStart,
     StreamEvent,
 )
+from rltap.ids import random_hex
+from rltap.protocols import spec_named
 from rltap.types import (
     InteractionWithTokenLogpReward,
     ModelRequest,
@@ -48,12 +48,10 @@ from rltap.types import (
 
 __all__ = ["Session", "SessionConfig", "new_interaction_id"]
 
-_ID_PREFIXES: dict[Api, str] = {"chat": "chatcmpl-", "responses": "resp_", "messages": "msg_"}
-
 
 def new_interaction_id(api: Api) -> str:
-    """An interaction id in the style of the API the call came through."""
-    return f"{_ID_PREFIXES[api]}{random_hex()}"
+    """An interaction id in the style of the API the call came through (`chatcmpl-...`)."""
+    return f"{spec_named(api).id_prefix}{random_hex()}"
 
 
 @dataclass(slots=True, kw_only=True)
@@ -82,14 +80,12 @@ class Session:
         session_id: str | None = None,
         cache: InteractionCache | None = None,
     ) -> None:
-        self.session_id = session_id or uuid.uuid4().hex
+        self.session_id = session_id or random_hex()
         self.engine = engine
         self.renderer = renderer
         self.config = config or SessionConfig()
         self.cache = cache if cache is not None else InteractionCache()
         self._stop_ids = frozenset(renderer.stop_token_ids)
-        # The messages of the latest request: the next one mostly starts with them.
-        self.recent_messages: list[dict[str, Any]] = []
 
     async def generate(self, request: CanonicalRequest) -> list[Generation]:
         """Every choice of `request`, finished."""
@@ -106,7 +102,7 @@ class Session:
         generations.sort(key=lambda g: g.index)
         return generations
 
-    def stream(self, request: CanonicalRequest) -> AsyncIterator[StreamEvent]:
+    def stream(self, request: CanonicalRequest) -> AsyncGenerator[StreamEvent, None]:
         """Events of every choice as the engine produces tokens (choices interleave for n > 1)."""
         messages = self._resolve_history(request)
         if request.n == 1:
@@ -114,7 +110,6 @@ class Session:
         return self._merge(request, messages)
 
     def _resolve_history(self, request: CanonicalRequest) -> list[dict[str, Any]]:
-        self.recent_messages = request.messages
         if request.previous_response_id is None:
             return request.messages
         previous = self.cache.get(request.previous_response_id)
@@ -125,7 +120,7 @@ class Session:
 
     async def _merge(
         self, request: CanonicalRequest, messages: list[dict[str, Any]]
-    ) -> AsyncIterator[StreamEvent]:
+    ) -> AsyncGenerator[StreamEvent, None]:
         queue: asyncio.Queue[StreamEvent | BaseException | None] = asyncio.Queue()
 
         async def pump(index: int) -> None:
@@ -210,7 +205,7 @@ class Session:
 
     async def _choice(
         self, request: CanonicalRequest, messages: list[dict[str, Any]], index: int
-    ) -> AsyncIterator[StreamEvent]:
+    ) -> AsyncGenerator[StreamEvent, None]:
         interaction, model_request = self._start(request, messages, index)
         interaction_id = interaction.interaction_id
         created = time.time()
@@ -237,8 +232,7 @@ class Session:
             decoder = self.renderer.stream_decoder()
             deltas: list[Delta] = []
             # Closing the engine stream (here, not at garbage collection) aborts the request.
-            chunks = self.engine.stream(model_request)
-            async with _closing(chunks):
+            async with contextlib.aclosing(self.engine.stream(model_request)) as chunks:
                 async for chunk in chunks:
                     response.extend(chunk)
                     text_ids = [t for t in chunk.token_ids if t not in self._stop_ids]
@@ -353,16 +347,6 @@ def _check_not_aborted(response: ModelResponse) -> None:
     if response.stop_reason is StopReason.ABORT:
         msg = "the engine aborted the generation"
         raise EngineError(msg, is_retryable=True)
-
-
-@contextlib.asynccontextmanager
-async def _closing(stream: AsyncIterator[Any]) -> AsyncIterator[None]:
-    try:
-        yield
-    finally:
-        aclose = getattr(stream, "aclose", None)
-        if aclose is not None:
-            await aclose()
 
 
 def output_message(parsed: ParsedOutput) -> dict[str, Any]:

@@ -12,13 +12,14 @@ The tag of a discriminated union is a plain value and stays in the path (`conten
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from pydantic import ValidationError
 
 from rltap.errors import InvalidRequest
 
-__all__ = ["format_param", "validation_error_to_invalid_request"]
+__all__ = ["errors_to_invalid_request", "format_param", "validation_error_to_invalid_request"]
 
 _TYPE_LABELS = frozenset(
     {"str", "int", "float", "bool", "dict", "list", "tuple", "set", "none", "bytes", "any"}
@@ -56,7 +57,14 @@ def validation_error_to_invalid_request(
         except ValidationError as exc:
             raise validation_error_to_invalid_request(exc) from exc
     """
-    errors = exc.errors(include_url=False, include_input=False)
+    return errors_to_invalid_request(exc.errors(include_url=False, include_input=False), prefix)
+
+
+def errors_to_invalid_request(
+    errors: Sequence[Mapping[str, Any]], prefix: tuple[int | str, ...] = ()
+) -> InvalidRequest:
+    """The `InvalidRequest` for pydantic's error list (`ValidationError.errors()`, or FastAPI's
+    `RequestValidationError.errors()` with `prefix` already stripped from each `loc`)."""
     if not errors:
         return InvalidRequest("invalid request body")
     head = prefix + _param_path(errors[0]["loc"])
@@ -67,7 +75,9 @@ def validation_error_to_invalid_request(
         if path[: len(head)] == head and len(path) > len(best_path):
             best, best_path = error, path
     param = format_param(best_path)
-    if best["type"] == "missing":
+    if best["type"] == "missing" and param is None:
+        message = "the request body is empty; send a JSON object"
+    elif best["type"] == "missing":
         message = f"Missing required parameter: '{param}'."
     elif param is None:
         message = f"Invalid request body: {best['msg']}."

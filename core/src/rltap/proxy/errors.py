@@ -1,62 +1,42 @@
 """Errors on the wire: each `RltapError` as the API's own error body with its status code.
 
-/v1/messages answers in Anthropic's envelope `{"type": "error", "error": {"type", "message"}}`;
-every other route in OpenAI's `{"error": {"message", "type", "param", "code"}}`. A 429 carries
-`Retry-After`. Anything unexpected is logged and answered 500 in the same envelope, never as a
-traceback. `error_reply` builds the bytes once, for the FastAPI handlers and for the raw ASGI
-generation endpoint alike.
+A route of a wire API (`rltap.protocols`) answers in that API's envelope (Anthropic's
+`{"type": "error", "error": {"type", "message"}}` on /v1/messages and below); every other route
+in OpenAI's `{"error": {"message", "type", "param", "code"}}`. A body FastAPI found invalid is a
+400 naming the parameter. A 429 carries `Retry-After`. Anything unexpected is logged and answered
+500 in the same envelope, never as a traceback.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
 
 import orjson
 from fastapi import FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from rltap.errors import CapacityExhausted, InvalidRequest, NotFound, RltapError
-from rltap.protocols import anthropic_messages, openai_chat
+from rltap.protocols import SPECS, spec_for_path
+from rltap.protocols._validation import errors_to_invalid_request
 
-__all__ = [
-    "ErrorReply",
-    "error_reply",
-    "error_response",
-    "http_error",
-    "install_error_handlers",
-    "internal_error",
-]
+__all__ = ["CLIENT_CLOSED", "error_response", "http_error", "install_error_handlers"]
 
 logger = logging.getLogger("rltap.proxy")
-
-
-@dataclass(frozen=True, slots=True)
-class ErrorReply:
-    """An error response as ASGI sends it: status, raw header pairs and the JSON body."""
-
-    status: int
-    headers: list[tuple[bytes, bytes]]
-    body: bytes
-
-
-def error_reply(path: str, exc: RltapError) -> ErrorReply:
-    if path.startswith("/v1/messages"):
-        body = orjson.dumps(anthropic_messages.error_body(exc))
-    else:
-        body = orjson.dumps(openai_chat.error_body(exc))
-    headers = [(b"content-length", str(len(body)).encode()), (b"content-type", b"application/json")]
-    if isinstance(exc, CapacityExhausted):
-        headers.append((b"retry-after", str(max(1, math.ceil(exc.retry_after))).encode()))
-    return ErrorReply(exc.status_code, headers, body)
+# nginx's status for a client that hung up before its reply: counted, never sent.
+CLIENT_CLOSED = 499
 
 
 def error_response(path: str, exc: RltapError) -> Response:
-    reply = error_reply(path, exc)
-    response = Response(reply.body, status_code=reply.status)
-    response.raw_headers = reply.headers
-    return response
+    """`exc` in the envelope of the API that `path` belongs to (OpenAI's for other routes)."""
+    spec = spec_for_path(path) or SPECS["chat"]
+    headers = {}
+    if isinstance(exc, CapacityExhausted):
+        headers["retry-after"] = str(max(1, math.ceil(exc.retry_after)))
+    body = orjson.dumps(spec.error_body(exc))
+    return Response(body, exc.status_code, headers, media_type="application/json")
 
 
 def http_error(status_code: int, detail: str) -> RltapError:
@@ -68,10 +48,12 @@ def http_error(status_code: int, detail: str) -> RltapError:
     return error
 
 
-def internal_error(path: str, exc: BaseException) -> RltapError:
-    """Log what went wrong unexpectedly; the client gets a 500 without the traceback."""
-    logger.error("unexpected error on %s", path, exc_info=exc)
-    return RltapError(f"internal error: {type(exc).__name__}")
+def _body_errors(exc: RequestValidationError) -> InvalidRequest:
+    errors = [
+        {**error, "loc": tuple(error["loc"])[1:]}  # FastAPI's locations start with "body"
+        for error in exc.errors()
+    ]
+    return errors_to_invalid_request(errors)
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -79,13 +61,24 @@ def install_error_handlers(app: FastAPI) -> None:
         assert isinstance(exc, RltapError)
         return error_response(request.url.path, exc)
 
+    async def on_invalid_body(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestValidationError)
+        return error_response(request.url.path, _body_errors(exc))
+
     async def on_http_exception(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
         return error_response(request.url.path, http_error(exc.status_code, str(exc.detail)))
 
+    async def on_client_gone(request: Request, exc: Exception) -> Response:
+        return Response(status_code=CLIENT_CLOSED)
+
     async def on_unexpected(request: Request, exc: Exception) -> Response:
-        return error_response(request.url.path, internal_error(request.url.path, exc))
+        logger.error("unexpected error on %s", request.url.path, exc_info=exc)
+        error = RltapError(f"internal error: {type(exc).__name__}")
+        return error_response(request.url.path, error)
 
     app.add_exception_handler(RltapError, on_rltap_error)
+    app.add_exception_handler(RequestValidationError, on_invalid_body)
     app.add_exception_handler(StarletteHTTPException, on_http_exception)
+    app.add_exception_handler(ClientDisconnect, on_client_gone)
     app.add_exception_handler(Exception, on_unexpected)

@@ -1,34 +1,18 @@
-"""Pure ASGI middleware of the FastAPI routes: the request body limit and per-route metrics.
-
-The generation routes do not pass through here: `rltap.proxy.generation` serves them, with the
-same limit and the same metrics.
-"""
+"""Pure ASGI middleware in front of every route: the request body limit and per-route metrics."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rltap.proxy.errors import error_response
+from rltap.proxy.generation import STARTED
 from rltap.proxy.metrics import ProxyMetrics
 from rltap.proxy.requests import body_over_limit, declared_over_limit
 
-__all__ = ["KNOWN_ROUTES", "BodyLimitMiddleware", "MetricsMiddleware"]
-
-KNOWN_ROUTES = frozenset(
-    {
-        "/grant_capacity",
-        "/rl/start_session",
-        "/rl/set_reward",
-        "/rl/end_session",
-        "/rl/set_version",
-        "/export_trajectories",
-        "/health",
-        "/v1/models",
-        "/metrics",
-    }
-)
+__all__ = ["BodyLimitMiddleware", "MetricsMiddleware"]
 
 
 class BodyLimitMiddleware:
@@ -62,17 +46,21 @@ class BodyLimitMiddleware:
 
 
 class MetricsMiddleware:
-    """Count requests by route and status and time them (streams: until the last byte)."""
+    """Count requests by route and status and time them (streams: until the last byte).
 
-    def __init__(self, app: ASGIApp, metrics: ProxyMetrics) -> None:
+    Paths that are not routes of the app count as "other", so a scan cannot grow the labels.
+    """
+
+    def __init__(self, app: ASGIApp, metrics: ProxyMetrics, routes: Iterable[str]) -> None:
         self.app = app
         self.metrics = metrics
+        self.routes = frozenset(routes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        started = time.perf_counter()
+        started = scope[STARTED] = time.perf_counter()
         status = 500
 
         async def observed_send(message: Message) -> None:
@@ -85,5 +73,5 @@ class MetricsMiddleware:
             await self.app(scope, receive, observed_send)
         finally:
             path = scope["path"]
-            route = path if path in KNOWN_ROUTES else "other"
+            route = path if path in self.routes else "other"
             self.metrics.observe_request(route, status, time.perf_counter() - started)

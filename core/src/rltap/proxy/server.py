@@ -19,8 +19,8 @@ from rltap.chat.renderer import ChatRenderer
 from rltap.chat.streaming import build_output_parser
 from rltap.engines.base import InferenceEngine
 from rltap.engines.factory import create_engine
-from rltap.proxy.app import ProxyConfig, create_app
-from rltap.proxy.state import ProxyLimits
+from rltap.proxy.app import create_app
+from rltap.proxy.state import ProxyConfig, ProxyLimits
 from rltap.session import SessionConfig
 
 __all__ = ["UVICORN_OPTIONS", "ProxyServer", "check_admin_key", "run_serve", "serve_config"]

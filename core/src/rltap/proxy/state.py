@@ -21,11 +21,12 @@ import hashlib
 import hmac
 import secrets
 import time
-import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from rltap.chat.renderer import ChatRenderer
+from rltap.engines.base import InferenceEngine
 from rltap.errors import (
     AuthenticationError,
     CapacityExhausted,
@@ -35,9 +36,19 @@ from rltap.errors import (
     PermissionDenied,
     SessionGone,
 )
-from rltap.session import Session
+from rltap.ids import random_hex
+from rltap.proxy.metrics import ProxyMetrics
+from rltap.session import Session, SessionConfig
 
-__all__ = ["ProxyLimits", "SessionRecord", "SessionState", "SessionStore", "key_digest"]
+__all__ = [
+    "ProxyConfig",
+    "ProxyLimits",
+    "ProxyState",
+    "SessionRecord",
+    "SessionState",
+    "SessionStore",
+    "key_digest",
+]
 
 
 def key_digest(key: str) -> bytes:
@@ -207,7 +218,7 @@ class SessionStore:
             msg = f"no capacity: {self.limits.capacity} sessions are running; grant capacity first"
             raise CapacityExhausted(msg, retry_after=self._retry_after())
         key = api_key or f"sk-rltap-{secrets.token_urlsafe(24)}"
-        session_id = uuid.uuid4().hex
+        session_id = random_hex()
         record = SessionRecord(
             session=self._new_session(session_id),
             key_hash=key_digest(key),
@@ -264,3 +275,31 @@ class SessionStore:
         while True:
             await asyncio.sleep(self.limits.reap_interval)
             self.reap()
+
+
+@dataclass(slots=True, kw_only=True)
+class ProxyConfig:
+    """Everything the app needs besides the engine and the renderer.
+
+    Usage:
+        ProxyConfig(admin_key="...", model_name="qwen-tiny", limits=ProxyLimits(capacity=64))
+    """
+
+    admin_key: str
+    model_name: str = "rltap"
+    limits: ProxyLimits = field(default_factory=ProxyLimits)
+    session: SessionConfig = field(default_factory=SessionConfig)
+    max_body_bytes: int = 32 * 1024 * 1024
+    export_wait_timeout: float = 30.0
+    max_export_wait: float = 600.0
+
+
+@dataclass(slots=True, kw_only=True)
+class ProxyState:
+    """What the routes share: config, engine, renderer, sessions and metrics."""
+
+    config: ProxyConfig
+    engine: InferenceEngine
+    renderer: ChatRenderer
+    store: SessionStore
+    metrics: ProxyMetrics

@@ -17,8 +17,9 @@ import httpx
 
 from rltap.chat.renderer import ChatRenderer
 from rltap.engines.base import InferenceEngine
-from rltap.proxy.app import ProxyConfig, ProxyState, create_app
+from rltap.proxy.app import create_app
 from rltap.proxy.server import ProxyServer
+from rltap.proxy.state import ProxyConfig, ProxyState
 
 __all__ = ["TEST_ADMIN_KEY", "RunningProxy", "start_test_proxy"]
 

@@ -1,5 +1,6 @@
 """The Anthropic Messages API (`POST /v1/messages`): requests in, Message bodies and events out.
 
+Usage:
     request = parse_request(body)                      # -> CanonicalRequest (InvalidRequest)
     build_response(request, generations)               # -> the Message body
     encoder = StreamEncoder(request)                   # streaming: encode / finish / error
@@ -12,15 +13,38 @@ the event sequence.
 
 from __future__ import annotations
 
-from rltap.protocols.anthropic_messages.request import MessageCreateParams, parse_request
+from typing import Any
+
+from rltap.generation import CanonicalRequest
+from rltap.protocols.anthropic_messages.request import MessageCreateParams, to_canonical
 from rltap.protocols.anthropic_messages.response import ID_PREFIX, build_response, error_body
 from rltap.protocols.anthropic_messages.stream import StreamEncoder
+from rltap.protocols.spec import ApiSpec
 
 __all__ = [
     "ID_PREFIX",
+    "SPEC",
     "MessageCreateParams",
     "StreamEncoder",
     "build_response",
     "error_body",
     "parse_request",
 ]
+
+SPEC = ApiSpec(
+    name="messages",
+    title="Anthropic Messages",
+    paths=("/v1/messages",),
+    request_model=MessageCreateParams,
+    to_canonical=to_canonical,
+    build_response=build_response,
+    stream_encoder=StreamEncoder,
+    error_body=error_body,
+    id_prefix=ID_PREFIX,
+    reply_field="anthropic_message",
+)
+
+
+def parse_request(body: Any) -> CanonicalRequest:
+    """`SPEC.parse`: a Messages body as a `CanonicalRequest`, or `InvalidRequest`."""
+    return SPEC.parse(body)

@@ -32,11 +32,10 @@ from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
 from rltap.errors import InvalidRequest
-from rltap.protocols._validation import validation_error_to_invalid_request
-from rltap.protocols.base import CanonicalRequest, ToolChoice
+from rltap.generation import CanonicalRequest, ToolChoice
 
 __all__ = [
     "ContentBlockParam",
@@ -51,7 +50,7 @@ __all__ = [
     "ToolParam",
     "ToolResultBlockParam",
     "ToolUseBlockParam",
-    "parse_request",
+    "to_canonical",
 ]
 
 
@@ -169,19 +168,8 @@ class MessageCreateParams(_WireModel):
     metadata: dict[str, Any] | None = None
 
 
-def parse_request(body: Mapping[str, Any]) -> CanonicalRequest:
-    """Validate an Anthropic Messages body and convert it to a `CanonicalRequest`.
-
-    Raises `InvalidRequest` naming the offending parameter (`messages[1].content[0].input`).
-
-    Usage:
-        request = parse_request({"model": "m", "max_tokens": 64,
-                                 "messages": [{"role": "user", "content": "Hi"}]})
-    """
-    try:
-        params = MessageCreateParams.model_validate(body)
-    except ValidationError as exc:
-        raise validation_error_to_invalid_request(exc) from exc
+def to_canonical(params: MessageCreateParams) -> CanonicalRequest:
+    """The canonical form of a validated request (cross-field checks raise `InvalidRequest`)."""
     _check_sampling(params)
     tool_choice, parallel = _tool_choice(params.tool_choice)
     template_kwargs: dict[str, Any] = {}

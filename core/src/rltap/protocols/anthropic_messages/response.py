@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 
 from rltap.errors import RltapError
-from rltap.protocols.base import CanonicalRequest, Generation
+from rltap.generation import CanonicalRequest, Generation
 
 __all__ = [
     "ID_PREFIX",

@@ -27,16 +27,16 @@ from rltap.chat.parsed import (
     ToolCallStartDelta,
 )
 from rltap.errors import RltapError
-from rltap.protocols.anthropic_messages.response import error_body, stop_reason, tool_use_id
-from rltap.protocols.base import (
+from rltap.generation import (
     CanonicalRequest,
     Generation,
     GenerationDelta,
     GenerationEnd,
     GenerationStart,
-    SSEEvent,
     StreamEvent,
 )
+from rltap.protocols.anthropic_messages.response import error_body, stop_reason, tool_use_id
+from rltap.sse import SSEEvent
 
 __all__ = ["StreamEncoder"]
 

@@ -12,15 +12,38 @@ See `request`, `response` and `stream` for the decisions the API leaves open.
 
 from __future__ import annotations
 
-from rltap.protocols.openai_chat.request import ChatCompletionRequest, parse_request
+from typing import Any
+
+from rltap.generation import CanonicalRequest
+from rltap.protocols.openai_chat.request import ChatCompletionRequest, to_canonical
 from rltap.protocols.openai_chat.response import ID_PREFIX, build_response, error_body
 from rltap.protocols.openai_chat.stream import StreamEncoder
+from rltap.protocols.spec import ApiSpec
 
 __all__ = [
     "ID_PREFIX",
+    "SPEC",
     "ChatCompletionRequest",
     "StreamEncoder",
     "build_response",
     "error_body",
     "parse_request",
 ]
+
+SPEC = ApiSpec(
+    name="chat",
+    title="OpenAI Chat Completions",
+    paths=("/v1/chat/completions", "/chat/completions"),
+    request_model=ChatCompletionRequest,
+    to_canonical=to_canonical,
+    build_response=build_response,
+    stream_encoder=StreamEncoder,
+    error_body=error_body,
+    id_prefix=ID_PREFIX,
+    reply_field="completion",
+)
+
+
+def parse_request(body: Any) -> CanonicalRequest:
+    """`SPEC.parse`: a Chat Completions body as a `CanonicalRequest`, or `InvalidRequest`."""
+    return SPEC.parse(body)

@@ -13,17 +13,15 @@ Messages keep the Chat Completions form, which is the canonical form: `developer
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal, NotRequired, cast
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, with_config
+from pydantic import BaseModel, ConfigDict, Field, with_config
 from typing_extensions import TypedDict
 
 from rltap.errors import InvalidRequest
-from rltap.protocols._validation import format_param, validation_error_to_invalid_request
-from rltap.protocols.base import CanonicalRequest, ToolChoice
+from rltap.generation import CanonicalRequest, ToolChoice
+from rltap.protocols._validation import format_param
 
 __all__ = [
     "ChatCompletionRequest",
@@ -35,7 +33,6 @@ __all__ = [
     "ChatTool",
     "ChatToolCall",
     "ChatToolCallFunction",
-    "parse_request",
     "to_canonical",
 ]
 
@@ -144,120 +141,6 @@ class ChatCompletionRequest(BaseModel):
     metadata: dict[str, Any] | None = None
 
 
-class _ChatCompletionBody(ChatCompletionRequest):
-    """What `parse_request` validates: messages are checked one by one in `to_canonical`, where
-    a plain message (a role and a string, most of a long history) costs a type check instead
-    of a validated copy. `ChatCompletionRequest` stays the documented schema."""
-
-    messages: list[Any] = Field(min_length=1)
-
-
-_MESSAGE = TypeAdapter(ChatMessage)
-_PLAIN_ROLES = frozenset({"system", "user", "assistant"})
-
-
-def parse_request(
-    body: Mapping[str, Any], known: Sequence[dict[str, Any]] = ()
-) -> CanonicalRequest:
-    """Validate a Chat Completions body and convert it to a `CanonicalRequest`.
-
-    `known` may hold canonical messages of an earlier request (the session's last one): when
-    the body's messages start with them, as an agent's next call does, those are taken as they
-    are instead of being checked again. Raises `InvalidRequest` (with `param`) when the body is
-    not a valid request.
-    """
-    if not isinstance(body, Mapping):
-        msg = "The request body must be a JSON object."
-        raise InvalidRequest(msg)
-    plain = _PlainBody.of(body)
-    if plain is not None:
-        return to_canonical(cast(ChatCompletionRequest, plain), known)
-    try:
-        wire = _ChatCompletionBody.model_validate(body)
-    except ValidationError as exc:
-        raise validation_error_to_invalid_request(exc) from exc
-    return to_canonical(wire, known)
-
-
-def _count(value: Any, low: int, high: float) -> bool:
-    return type(value) is int and low <= value <= high
-
-
-def _real(value: Any) -> bool:
-    return (type(value) is float or type(value) is int) and math.isfinite(value)
-
-
-class _PlainBody:
-    """A body of the most common kind, taken as is: what the wire model would give for it.
-
-    Most calls send only messages, a model name, a token limit and sampling numbers, each
-    already of its exact type and in range. For those, `ChatCompletionRequest` validation
-    would change nothing (an int temperature becomes a float, as here), so it is skipped; any
-    other key, type or value goes through the model, errors included. A test checks both paths
-    agree on generated bodies.
-    """
-
-    model: str | None = None
-    messages: list[Any]
-    tools = None
-    tool_choice = None
-    parallel_tool_calls = None
-    max_tokens: int | None = None
-    max_completion_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k = None
-    n: int = 1
-    stop = None
-    seed: int | None = None
-    logprobs = None
-    top_logprobs = None
-    stream: bool | None = None
-    stream_options = None
-    chat_template_kwargs = None
-    metadata = None
-
-    @classmethod
-    def of(cls, body: Mapping[str, Any]) -> _PlainBody | None:
-        if type(body) is not dict or not body.keys() <= _PLAIN_KEYS:
-            return None
-        messages = body.get("messages")
-        model = body.get("model")
-        max_tokens = body.get("max_tokens")
-        max_completion_tokens = body.get("max_completion_tokens")
-        temperature = body.get("temperature")
-        top_p = body.get("top_p")
-        n = body.get("n", 1)
-        seed = body.get("seed")
-        stream = body.get("stream")
-        if not (
-            type(messages) is list
-            and messages
-            and (model is None or type(model) is str)
-            and (max_tokens is None or _count(max_tokens, 1, math.inf))
-            and (max_completion_tokens is None or _count(max_completion_tokens, 1, math.inf))
-            and (temperature is None or (_real(temperature) and temperature >= 0))
-            and (top_p is None or (_real(top_p) and 0 < top_p <= 1))
-            and _count(n, 1, 128)
-            and (seed is None or type(seed) is int)
-            and (stream is None or type(stream) is bool)
-        ):
-            return None
-        plain = cls()
-        plain.__dict__.update(body)
-        plain.temperature = None if temperature is None else float(temperature)
-        plain.top_p = None if top_p is None else float(top_p)
-        return plain
-
-
-_PLAIN_KEYS = frozenset(
-    {
-        "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "n",
-        "seed", "stream",
-    }
-)  # fmt: skip
-
-
 def _invalid(path: tuple[str | int, ...], reason: str) -> InvalidRequest:
     param = format_param(path)
     return InvalidRequest(f"Invalid value for '{param}': {reason}", param=param)
@@ -268,35 +151,18 @@ def _missing(path: tuple[str | int, ...]) -> InvalidRequest:
     return InvalidRequest(f"Missing required parameter: '{param}'.", param=param)
 
 
-def to_canonical(
-    wire: ChatCompletionRequest, known: Sequence[dict[str, Any]] = ()
-) -> CanonicalRequest:
+def to_canonical(wire: ChatCompletionRequest) -> CanonicalRequest:
     """The canonical form of a validated request (cross-field checks raise `InvalidRequest`).
 
-    The messages and tools of `wire` are reused (and normalised in place), not copied. Leading
-    messages equal to `known` (canonical messages) are `known`'s, unchecked: a canonical
-    message is its own canonical form.
+    The validated messages and tools of `wire` (copies of the body's) are normalised in place.
     """
     tools = [_tool(tool) for tool in wire.tools or []] or None
     if wire.top_logprobs and not wire.logprobs:
         raise _invalid(("top_logprobs",), "it requires 'logprobs' to be true.")
     max_tokens = wire.max_completion_tokens or wire.max_tokens
     include_usage = bool(wire.stream and wire.stream_options and wire.stream_options.include_usage)
-    raw = cast(list[Any], wire.messages)
-    start = len(known)
-    if not 0 < start <= len(raw) or raw[:start] != known:
-        start = 0
-    messages: list[dict[str, Any]] = [*known[:start]]
-    messages += [
-        # Inlined plain-message check: a long history is mostly plain messages.
-        m
-        if type(m) is dict
-        and len(m) == 2
-        and type(m.get("content")) is str
-        and m.get("role") in _PLAIN_ROLES
-        else _checked_message(m, i)
-        for i, m in enumerate(raw[start:], start)
-    ]
+    raw = cast(list[dict[str, Any]], wire.messages)
+    messages = [_message(m, i) for i, m in enumerate(raw)]
     return CanonicalRequest(
         api="chat",
         model=wire.model or "",
@@ -350,15 +216,6 @@ def _tool_choice(
 _DROPPED_IF_NONE = ("name", "tool_calls", "tool_call_id", "reasoning_content")
 # Keys of a message that is canonical as validated when its content is a string.
 _PLAIN_SIZE = {"user": 2, "system": 2, "assistant": 2, "tool": 3}
-
-
-def _checked_message(message: Any, index: int) -> dict[str, Any]:
-    """A message validated as `ChatMessage` (unknown keys dropped), then made canonical."""
-    try:
-        validated = _MESSAGE.validate_python(message)
-    except ValidationError as exc:
-        raise validation_error_to_invalid_request(exc, ("messages", index)) from exc
-    return _message(cast(dict[str, Any], validated), index)
 
 
 def _message(message: dict[str, Any], index: int) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from rltap.errors import RltapError
-from rltap.protocols.base import CanonicalRequest, FinishReason, Generation
+from rltap.generation import CanonicalRequest, FinishReason, Generation
 
 __all__ = [
     "ID_PREFIX",

@@ -26,12 +26,11 @@ from rltap.chat.parsed import (
     ToolCallStartDelta,
 )
 from rltap.errors import RltapError
-from rltap.protocols.base import (
+from rltap.generation import (
     CanonicalRequest,
     GenerationDelta,
     GenerationEnd,
     GenerationStart,
-    SSEEvent,
     StreamEvent,
 )
 from rltap.protocols.openai_chat.response import (
@@ -40,6 +39,7 @@ from rltap.protocols.openai_chat.response import (
     usage,
     wire_finish_reason,
 )
+from rltap.sse import SSEEvent
 
 __all__ = [
     "DONE",

@@ -7,20 +7,45 @@ Usage:
     body = proto.build_response(request, generations)    # a `response` object
     encoder = proto.StreamEncoder(request)               # response.* semantic events
 
-See `request`, `response` and `stream` for the decisions the API leaves open.
+Errors use OpenAI's envelope, the same as Chat Completions'. See `request`, `response` and
+`stream` for the decisions the API leaves open.
 """
 
 from __future__ import annotations
 
-from rltap.protocols.openai_responses.request import ResponsesRequest, parse_request
-from rltap.protocols.openai_responses.response import ID_PREFIX, build_response, error_body
+from typing import Any
+
+from rltap.generation import CanonicalRequest
+from rltap.protocols.openai_chat.response import error_body
+from rltap.protocols.openai_responses.request import ResponsesRequest, to_canonical
+from rltap.protocols.openai_responses.response import ID_PREFIX, build_response
 from rltap.protocols.openai_responses.stream import StreamEncoder
+from rltap.protocols.spec import ApiSpec
 
 __all__ = [
     "ID_PREFIX",
+    "SPEC",
     "ResponsesRequest",
     "StreamEncoder",
     "build_response",
     "error_body",
     "parse_request",
 ]
+
+SPEC = ApiSpec(
+    name="responses",
+    title="OpenAI Responses",
+    paths=("/v1/responses", "/responses"),
+    request_model=ResponsesRequest,
+    to_canonical=to_canonical,
+    build_response=build_response,
+    stream_encoder=StreamEncoder,
+    error_body=error_body,
+    id_prefix=ID_PREFIX,
+    reply_field="response",
+)
+
+
+def parse_request(body: Any) -> CanonicalRequest:
+    """`SPEC.parse`: a Responses body as a `CanonicalRequest`, or `InvalidRequest`."""
+    return SPEC.parse(body)

@@ -33,11 +33,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
 from rltap.errors import InvalidRequest
-from rltap.protocols._validation import format_param, validation_error_to_invalid_request
-from rltap.protocols.base import CanonicalRequest, ToolChoice
+from rltap.generation import CanonicalRequest, ToolChoice
+from rltap.protocols._validation import format_param
 
 __all__ = [
     "FunctionCallItem",
@@ -50,7 +50,6 @@ __all__ = [
     "ResponsesRequest",
     "UnsupportedItem",
     "UnsupportedTool",
-    "parse_request",
 ]
 
 _LENIENT = ConfigDict(extra="allow")
@@ -220,21 +219,6 @@ class ResponsesRequest(BaseModel):
     metadata: dict[str, str] | None = None
     reasoning: ResponsesReasoning | None = None
     chat_template_kwargs: dict[str, Any] | None = None
-
-
-def parse_request(body: Mapping[str, Any]) -> CanonicalRequest:
-    """Validate a Responses body and convert it to a `CanonicalRequest`.
-
-    Raises `InvalidRequest` (with `param`) when the body is not a valid request.
-    """
-    if not isinstance(body, Mapping):
-        msg = "The request body must be a JSON object."
-        raise InvalidRequest(msg)
-    try:
-        wire = ResponsesRequest.model_validate(body)
-    except ValidationError as exc:
-        raise validation_error_to_invalid_request(exc) from exc
-    return to_canonical(wire)
 
 
 def to_canonical(wire: ResponsesRequest) -> CanonicalRequest:

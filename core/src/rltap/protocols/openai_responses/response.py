@@ -26,14 +26,13 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from rltap.errors import CapacityExhausted, InvalidRequest, RltapError
-from rltap.protocols.base import CanonicalRequest, FinishReason, Generation
+from rltap.generation import CanonicalRequest, FinishReason, Generation
 
 __all__ = [
     "ID_PREFIX",
     "ItemStatus",
     "ResponseStatus",
     "build_response",
-    "error_body",
     "function_call_item",
     "item_id",
     "logprob_entries",
@@ -260,15 +259,3 @@ def response_error(exc: RltapError) -> dict[str, Any]:
     else:
         code = "server_error"
     return {"code": code, "message": exc.message}
-
-
-def error_body(exc: RltapError) -> dict[str, Any]:
-    """OpenAI's error envelope: `{"error": {"message", "type", "param", "code"}}`."""
-    return {
-        "error": {
-            "message": exc.message,
-            "type": exc.error_type,
-            "param": exc.param,
-            "code": exc.code,
-        }
-    }

@@ -40,17 +40,16 @@ from rltap.chat.parsed import (
     ToolCallStartDelta,
 )
 from rltap.errors import RltapError
-from rltap.protocols.base import (
+from rltap.generation import (
     CanonicalRequest,
     Generation,
     GenerationDelta,
     GenerationStart,
-    SSEEvent,
     StreamEvent,
 )
+from rltap.protocols.openai_chat.response import error_body
 from rltap.protocols.openai_responses.response import (
     ItemStatus,
-    error_body,
     function_call_item,
     item_id,
     logprob_entries,
@@ -62,6 +61,7 @@ from rltap.protocols.openai_responses.response import (
     response_status,
     usage,
 )
+from rltap.sse import SSEEvent
 
 __all__ = ["StreamEncoder"]
 

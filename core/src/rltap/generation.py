@@ -1,9 +1,9 @@
-"""What every wire protocol converts to and from: one canonical request, generations and events.
+"""What a session takes and gives, whatever wire API a call came through.
 
-A protocol module (openai_chat, openai_responses, anthropic_messages) turns its API's request body
-into a `CanonicalRequest` (OpenAI-chat-style canonical messages and tools), and builds its API's
-response body or streaming events from the session's `Generation`s and `StreamEvent`s. The session
-(`rltap.session`) never sees a wire format.
+`CanonicalRequest` is the one request form (OpenAI-chat-style canonical messages and tools) every
+protocol converts its body into; `Generation` is one finished choice and `StreamEvent` what a
+session yields while tokens arrive. The protocols (`rltap.protocols`) build their API's bodies and
+events from these; the session (`rltap.session`) never sees a wire format.
 
 Canonical messages are OpenAI Chat Completions message dicts:
     {"role": "system" | "user" | "assistant" | "tool", "content": str | list[part] | None,
@@ -29,12 +29,12 @@ __all__ = [
     "GenerationDelta",
     "GenerationEnd",
     "GenerationStart",
-    "SSEEvent",
     "StreamEvent",
     "ToolChoice",
 ]
 
-Api = Literal["chat", "responses", "messages"]
+# The name of a registered wire API (`rltap.protocols.SPECS`): "chat", "responses", "messages".
+Api = str
 FinishReason = Literal["stop", "length", "tool_calls", "abort"]
 # "auto", "none", "required", or {"name": function_name} for a named function.
 ToolChoice = str | dict[str, str]
@@ -127,15 +127,3 @@ class GenerationEnd:
 
 
 StreamEvent = GenerationStart | GenerationDelta | GenerationEnd
-
-
-@dataclass(frozen=True, slots=True)
-class SSEEvent:
-    """One server-sent event before formatting: `event:` name (None for none) and the `data:`.
-
-    `data` is a JSON-serialisable dict, or a literal string such as "[DONE]". Formatting into
-    bytes happens in one place, `rltap.proxy.sse`.
-    """
-
-    event: str | None
-    data: dict[str, Any] | str

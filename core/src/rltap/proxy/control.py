@@ -1,0 +1,217 @@
+"""The RL control surface: capacity, sessions, rewards, policy version, export; and health.
+
+Admin routes take the admin key; session routes the session key (`Authorization: Bearer` or
+`x-api-key`). Bodies are pydantic models (strict types: a reward is a number, not a string).
+Export bodies encode tensors as described in `rltap.tensor_codec`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from rltap.errors import Conflict, InvalidRequest
+from rltap.export import ExportStyle
+from rltap.proxy.requests import request_key
+from rltap.proxy.routing import AdminKey, JsonBodyRoute, Record, State
+from rltap.proxy.state import SessionRecord, SessionState
+from rltap.rewards import Aggregate, check_reward
+from rltap.tensor_codec import encode_tensors
+from rltap.types import InteractionStatus, InteractionWithTokenLogpReward
+
+__all__ = [
+    "ExportRequest",
+    "SetRewardRequest",
+    "SetVersionRequest",
+    "StartSessionRequest",
+    "export_body",
+    "router",
+]
+
+# Exports carry versions as int32: a larger one would fail every later export.
+_MAX_VERSION = 2**31 - 1
+_BODY = ConfigDict(extra="allow", strict=True)
+
+router = APIRouter(route_class=JsonBodyRoute)
+
+
+class StartSessionRequest(BaseModel):
+    """`POST /rl/start_session`: an optional task id, and a key of the caller's choosing."""
+
+    model_config = _BODY
+    task_id: str | None = None
+    api_key: str | None = None
+
+
+class SetRewardRequest(BaseModel):
+    """`POST /rl/set_reward`: a reward for one interaction, or for the last completed one."""
+
+    model_config = _BODY
+    reward: float
+    interaction_id: str | None = None
+
+
+class SetVersionRequest(BaseModel):
+    """`POST /rl/set_version`: the policy version the engine's next tokens carry."""
+
+    model_config = _BODY
+    version: int = Field(ge=0, le=_MAX_VERSION)
+
+
+class ExportRequest(BaseModel):
+    """`POST /export_trajectories`: one session's interactions, rewards discounted."""
+
+    model_config = _BODY
+    session_id: str
+    discount: float = Field(default=1.0, ge=0.0, le=1.0, allow_inf_nan=False)
+    style: ExportStyle = "individual"
+    aggregate: Aggregate = "mean"
+    # Seconds to wait for the session to end; at most the proxy's `max_export_wait`.
+    wait_timeout: float | None = Field(default=None, ge=0.0, allow_inf_nan=False)
+
+
+def _json(body: Any) -> Response:
+    return Response(orjson.dumps(body), media_type="application/json")
+
+
+@router.post("/grant_capacity", dependencies=[AdminKey])
+async def grant_capacity(state: State) -> Response:
+    expires_in = state.store.grant()
+    state.metrics.open_sessions.set(state.store.open_sessions)
+    return _json({"granted": True, "expires_in": expires_in})
+
+
+@router.post("/rl/start_session", dependencies=[AdminKey])
+async def start_session(state: State, body: StartSessionRequest | None = None) -> Response:
+    body = body or StartSessionRequest()
+    session_id, key = state.store.start(task_id=body.task_id, api_key=body.api_key)
+    state.metrics.open_sessions.set(state.store.open_sessions)
+    return _json({"session_id": session_id, "api_key": key})
+
+
+@router.post("/rl/set_reward")
+async def set_reward(record: Record, body: SetRewardRequest) -> Response:
+    reward = check_reward(body.reward)
+    cache = record.session.cache
+    interaction_id = body.interaction_id
+    if interaction_id is None:
+        interaction_id = cache.set_last_reward(reward)
+    else:
+        cache.set_reward(interaction_id, reward)
+    return _json({"interaction_id": interaction_id, "reward": reward})
+
+
+@router.post("/rl/end_session")
+async def end_session(state: State, record: Record) -> Response:
+    state.store.end(record)
+    state.metrics.open_sessions.set(state.store.open_sessions)
+    return _json({"session_id": record.session_id, "state": record.state.value})
+
+
+@router.post("/rl/set_version", dependencies=[AdminKey])
+async def set_version(state: State, body: SetVersionRequest) -> Response:
+    state.engine.set_version(body.version)
+    return _json({"version": state.engine.version})
+
+
+@router.post("/export_trajectories", dependencies=[AdminKey])
+async def export_trajectories(state: State, body: ExportRequest) -> Response:
+    config = state.config
+    timeout = config.export_wait_timeout if body.wait_timeout is None else body.wait_timeout
+    if timeout > config.max_export_wait:
+        msg = f"wait_timeout must be at most {config.max_export_wait:g} seconds, got {timeout:g}"
+        raise InvalidRequest(msg, param="wait_timeout")
+    record = state.store.get(body.session_id)
+    await _wait_until_done(record, timeout)
+    exported = export_body(record, body.discount, body.style, body.aggregate)
+    state.store.free(record)
+    state.metrics.open_sessions.set(state.store.open_sessions)
+    return _json(exported)
+
+
+@router.get("/health")
+async def health(state: State) -> Response:
+    return _json(
+        {"status": "ok", "model": state.config.model_name, "version": state.engine.version}
+    )
+
+
+@router.get("/v1/models")
+async def models(request: Request, state: State) -> Response:
+    key = request_key(request)
+    if not (key and state.store.is_admin(key)):  # the admin key or a live session's key
+        state.store.session_for_key(key)
+    model = {"id": state.config.model_name, "object": "model", "created": 0, "owned_by": "rltap"}
+    return _json({"object": "list", "data": [model]})
+
+
+@router.get("/metrics")
+async def metrics(state: State) -> Response:
+    # The reaper and grant expiry change this without a request: read it at scrape time.
+    state.metrics.open_sessions.set(state.store.open_sessions)
+    return Response(state.metrics.render(), media_type="text/plain; version=0.0.4")
+
+
+async def _wait_until_done(record: SessionRecord, wait_seconds: float) -> None:
+    """Wait for the session to end and its calls to finish, at most `wait_seconds`.
+
+    Calls still running after that are reported as not exported, never half-written.
+    """
+    deadline = time.monotonic() + wait_seconds
+    if record.state is SessionState.ACTIVE:
+        try:
+            await asyncio.wait_for(record.ended.wait(), wait_seconds)
+        except TimeoutError:
+            msg = (
+                f"session {record.session_id} is still active after {wait_seconds:g}s; end it "
+                "(POST /rl/end_session) or raise wait_timeout"
+            )
+            raise Conflict(msg, param="session_id") from None
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(record.idle.wait(), max(0.0, deadline - time.monotonic()))
+
+
+def _encode(node: InteractionWithTokenLogpReward) -> dict[str, Any]:
+    response = node.model_response
+    assert response is not None
+    return {
+        "interaction_id": node.interaction_id,
+        "parent_id": node.parent_id,
+        "reward": node.reward,
+        "messages": node.messages,
+        "output_message_list": node.output_message_list,
+        "output_text": node.output_text,
+        "input_len": response.input_len,
+        "output_len": response.output_len,
+        "stop_reason": response.stop_reason.value,
+        "logprob_convention": response.logprob_convention.value,
+        "tensors": encode_tensors(node.to_tensor_dict()),
+    }
+
+
+def export_body(
+    record: SessionRecord, discount: float, style: ExportStyle, aggregate: Aggregate
+) -> dict[str, Any]:
+    """The export of one session: every exported interaction with its tensors, and what failed."""
+    cache = record.session.cache
+    exported = cache.export_interactions(style=style, reward_discount=discount, aggregate=aggregate)
+    not_exported = [
+        {"interaction_id": node.interaction_id, "status": node.status.value, "error": node.error}
+        for node in cache.values()
+        if node.status is not InteractionStatus.COMPLETE
+    ]
+    return {
+        "session_id": record.session_id,
+        "task_id": record.task_id,
+        "state": record.state.value,
+        "style": style,
+        "discount": discount,
+        "interactions": [_encode(node) for node in exported.values()],
+        "not_exported": not_exported,
+    }
