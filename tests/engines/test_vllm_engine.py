@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import orjson
 import pytest
 from aiohttp import web
@@ -496,8 +497,8 @@ async def test_vllm_prompt_too_long_is_a_non_retryable_engine_error(vllm: VLLMEn
 
 async def _metric(engine: VLLMEngine, name: str) -> float:
     """The sum of one vLLM Prometheus metric over its labels."""
-    response = await engine._client.http().request("GET", "/metrics")
-    text = (await response.read()).decode()
+    async with aiohttp.ClientSession() as http, http.get(engine.url + "/metrics") as response:
+        text = await response.text()
     values = [
         float(line.rsplit(" ", 1)[1])
         for line in text.splitlines()
