@@ -11,13 +11,13 @@ from hypothesis import strategies as st
 
 from rltap.chat.parsed import ParsedOutput, ParsedToolCall, fold_deltas, sequential_call_ids
 from rltap.chat.registry import Registry, UnknownNameError
+from rltap.chat.tool_call_stream import partial_tag_len
 from rltap.chat.tool_parsers import (
     TOOL_PARSERS,
     HermesToolParser,
     Llama3JsonToolParser,
     MistralToolParser,
     get_tool_parser,
-    partial_tag_len,
 )
 
 

@@ -22,7 +22,7 @@ from typing import ClassVar
 
 from rltap.chat.parsed import ContentDelta, ReasoningDelta
 from rltap.chat.registry import Registry
-from rltap.chat.tool_parsers import partial_tag_len
+from rltap.chat.tool_call_stream import partial_tag_len
 
 __all__ = [
     "REASONING_PARSERS",

@@ -40,7 +40,8 @@ from rltap.chat.parsed import (
     ReasoningDelta,
 )
 from rltap.chat.reasoning import ReasoningParser, ReasoningStream, get_reasoning_parser
-from rltap.chat.tool_parsers import ToolCallStream, ToolParser, get_tool_parser
+from rltap.chat.tool_call_stream import ToolCallStream, ToolParser
+from rltap.chat.tool_parsers import get_tool_parser
 
 __all__ = [
     "OutputParser",
