@@ -10,7 +10,11 @@ call a different conversation) give the median and p99 latency and their differe
 concurrent sessions x 8 turns (one growing conversation each; in process for the embedded direct
 path, the same prompts) give calls/s.
 
-Run: .venv/bin/python bench/proxy_overhead.py [--calls 400] [--skip-embedded]
+`--baseline DIR` serves (a) a second time from another checkout's source (`DIR/core/src`, e.g. a
+git worktree of an earlier commit, run with this venv's packages), its calls interleaved with the
+others, so the two proxies' hops are compared in one run on the same machine state.
+
+Run: .venv/bin/python bench/proxy_overhead.py [--calls 400] [--skip-embedded] [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import argparse
 import asyncio
 import contextlib
 import itertools
+import os
 import socket
 import statistics
 import subprocess
@@ -57,8 +62,10 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def background(command: list[str]) -> Iterator[subprocess.Popen[bytes]]:
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+def background(command: list[str], source: Path | None = None) -> Iterator[subprocess.Popen[bytes]]:
+    """`command` running until the block ends; `source`: import rltap from that `src` folder."""
+    env = None if source is None else {**os.environ, "PYTHONPATH": str(source)}
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     try:
         yield process
     finally:
@@ -123,21 +130,22 @@ def quantiles(samples: list[float]) -> tuple[float, float]:
 
 
 async def sequential(
-    direct: Call, proxied: Call, calls: int, progress: Progress, label: str
+    calls: dict[str, Call], count: int, progress: Progress, label: str
 ) -> dict[str, float]:
-    for _ in range(10):  # warm both paths (connections, caches)
-        await direct()
-        await proxied()
-    task = progress.add_task(f"{label}: sequential", total=calls)
-    direct_times: list[float] = []
-    proxy_times: list[float] = []
-    for _ in range(calls):
-        direct_times.append(await timed(direct))
-        proxy_times.append(await timed(proxied))
+    """`count` rounds of every call in turn; each name's median (`<name>_med`) and p99."""
+    for _ in range(10):  # warm every path (connections, caches)
+        for call in calls.values():
+            await call()
+    task = progress.add_task(f"{label}: sequential", total=count)
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(count):
+        for name, call in calls.items():
+            times[name].append(await timed(call))
         progress.advance(task)
-    d_med, d_p99 = quantiles(direct_times)
-    p_med, p_p99 = quantiles(proxy_times)
-    return {"direct_med": d_med, "direct_p99": d_p99, "proxy_med": p_med, "proxy_p99": p_p99}
+    result: dict[str, float] = {}
+    for name, samples in times.items():
+        result[f"{name}_med"], result[f"{name}_p99"] = quantiles(samples)
+    return result
 
 
 async def throughput(worker: Callable[[int], Awaitable[int]], workers: int) -> float:
@@ -160,25 +168,30 @@ async def bench_vllm(args: argparse.Namespace, progress: Progress) -> dict[str, 
     tokenizer_dir = cached_qwen_tokenizer_dir()
     renderer = ChatRenderer.from_pretrained(tokenizer_dir)
     prompts = [renderer.render(question(i)).input_ids for i in range(args.calls)]
-    fake_port, proxy_port = free_port(), free_port()
+    fake_port = free_port()
     fake = [sys.executable, str(BENCH / "fake_vllm.py"), "--port", str(fake_port)]
     fake_url = f"http://127.0.0.1:{fake_port}"
+    engine_args = ("--engine", "vllm", "--url", fake_url, "--tokenizer", str(tokenizer_dir))
+    sources: dict[str, Path | None] = {"proxy": None}
+    if args.baseline is not None:
+        sources["baseline"] = args.baseline.resolve() / "core" / "src"
     limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
-    with (
-        background(fake) as fake_process,
-        background(
-            serve_command(
-                proxy_port, "--engine", "vllm", "--url", fake_url, "--tokenizer", str(tokenizer_dir)
+    with contextlib.ExitStack() as stack:
+        fake_process = stack.enter_context(background(fake))
+        servers = {}
+        for name, source in sources.items():
+            port = free_port()
+            servers[name] = (
+                port,
+                stack.enter_context(background(serve_command(port, *engine_args), source)),
             )
-        ) as proxy_process,
-    ):
         async with httpx.AsyncClient(timeout=60, limits=limits) as http:
             await wait_ready(http, f"{fake_url}/health", fake_process)
-            proxy = Proxy(f"http://127.0.0.1:{proxy_port}", http)
-            await wait_ready(http, f"{proxy.url}/health", proxy_process)
-            key = await proxy.session_key()
+            proxies: dict[str, Proxy] = {}
+            for name, (port, process) in servers.items():
+                proxies[name] = Proxy(f"http://127.0.0.1:{port}", http)
+                await wait_ready(http, f"{proxies[name].url}/health", process)
             direct_calls = itertools.count()
-            proxied_calls = itertools.count()
 
             async def direct() -> Any:
                 body = {
@@ -190,10 +203,10 @@ async def bench_vllm(args: argparse.Namespace, progress: Progress) -> dict[str, 
                 }
                 return (await http.post(f"{fake_url}/v1/completions", json=body)).raise_for_status()
 
-            async def proxied() -> Any:
-                return await proxy.chat(key, question(next(proxied_calls) % len(prompts)))
-
-            result = await sequential(direct, proxied, args.calls, progress, "vllm")
+            calls: dict[str, Call] = {"direct": direct}
+            for name, proxy in proxies.items():
+                calls[name] = _questions(proxy, await proxy.session_key(), len(prompts))
+            result = await sequential(calls, args.calls, progress, "vllm")
 
             async def direct_worker(_: int) -> int:
                 for _ in range(args.turns):
@@ -201,10 +214,21 @@ async def bench_vllm(args: argparse.Namespace, progress: Progress) -> dict[str, 
                 return args.turns
 
             result["direct_cps"] = await throughput(direct_worker, args.sessions)
-            result["proxy_cps"] = await throughput(
-                lambda _: proxy_session(proxy, args.turns), args.sessions
-            )
+            for name, proxy in proxies.items():
+                result[f"{name}_cps"] = await throughput(
+                    lambda _, proxy=proxy: proxy_session(proxy, args.turns), args.sessions
+                )
     return result
+
+
+def _questions(proxy: Proxy, key: str, count: int, **extra: Any) -> Call:
+    """A call asking `proxy` the next of `count` different questions."""
+    numbers = itertools.count()
+
+    async def ask() -> Any:
+        return await proxy.chat(key, question(next(numbers) % count), **extra)
+
+    return ask
 
 
 async def bench_embedded(args: argparse.Namespace, progress: Progress) -> dict[str, float]:
@@ -225,7 +249,6 @@ async def bench_embedded(args: argparse.Namespace, progress: Progress) -> dict[s
             key = await proxy.session_key()
 
             direct_calls = itertools.count()
-            proxied_calls = itertools.count()
 
             async def direct() -> Any:
                 request = ModelRequest(
@@ -234,11 +257,10 @@ async def bench_embedded(args: argparse.Namespace, progress: Progress) -> dict[s
                 )  # fmt: skip
                 return await engine.generate(request)
 
-            async def proxied() -> Any:
-                messages = question(next(proxied_calls) % calls)
-                return await proxy.chat(key, messages, temperature=0.0)
-
-            result = await sequential(direct, proxied, calls, progress, "embedded")
+            proxied = _questions(proxy, key, calls, temperature=0.0)
+            result = await sequential(
+                {"direct": direct, "proxy": proxied}, calls, progress, "embedded"
+            )
 
             async def direct_session(_: int) -> int:
                 """What `proxy_session` does through the proxy, in process: same prompts."""
@@ -278,15 +300,18 @@ def report(
         "calls/s proxy",
     ):
         table.add_column(column, justify="right")
-    for name, r in results.items():
-        table.add_row(
-            name,
-            f"{r['direct_med'] * 1e3:.2f} ms", f"{r['proxy_med'] * 1e3:.2f} ms",
-            f"{(r['proxy_med'] - r['direct_med']) * 1e3:.2f} ms",
-            f"{r['direct_p99'] * 1e3:.2f} ms", f"{r['proxy_p99'] * 1e3:.2f} ms",
-            f"{(r['proxy_p99'] - r['direct_p99']) * 1e3:.2f} ms",
-            f"{r['direct_cps']:.0f}", f"{r['proxy_cps']:.0f}",
-        )  # fmt: skip
+    for backend, r in results.items():
+        proxies = [name for name in ("proxy", "baseline") if f"{name}_med" in r]
+        for name in proxies:
+            label = backend if name == "proxy" else f"{backend}, baseline"
+            table.add_row(
+                label,
+                f"{r['direct_med'] * 1e3:.2f} ms", f"{r[f'{name}_med'] * 1e3:.2f} ms",
+                f"{(r[f'{name}_med'] - r['direct_med']) * 1e3:.2f} ms",
+                f"{r['direct_p99'] * 1e3:.2f} ms", f"{r[f'{name}_p99'] * 1e3:.2f} ms",
+                f"{(r[f'{name}_p99'] - r['direct_p99']) * 1e3:.2f} ms",
+                f"{r['direct_cps']:.0f}", f"{r[f'{name}_cps']:.0f}",
+            )  # fmt: skip
     console.print(table)
 
 
@@ -308,6 +333,9 @@ def main() -> int:
     parser.add_argument("--skip-embedded", action="store_true")
     parser.add_argument("--skip-vllm", action="store_true")
     parser.add_argument("--check", action="store_true", help="exit 1 if (a) adds over 1 ms")
+    parser.add_argument(
+        "--baseline", type=Path, default=None, help="a checkout whose proxy (a) also measures"
+    )
     args = parser.parse_args()
     try:
         import uvloop
@@ -323,6 +351,11 @@ def main() -> int:
         return 0
     added = (vllm["proxy_med"] - vllm["direct_med"]) * 1e3
     console.print(f"(a) median added latency: {added:.2f} ms (target <= 1 ms)")
+    if "baseline_med" in vllm:
+        baseline = (vllm["baseline_med"] - vllm["direct_med"]) * 1e3
+        console.print(
+            f"    baseline ({args.baseline}): {baseline:.2f} ms, ratio {added / baseline:.2f}"
+        )
     return 1 if args.check and added > 1.0 else 0
 
 

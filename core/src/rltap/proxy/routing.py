@@ -63,7 +63,9 @@ class JsonBodyRoute(APIRoute):
         return parse_then_handle
 
 
-def proxy_state(request: Request) -> ProxyState:
+# Dependencies are coroutines: FastAPI would run a plain function in a worker thread.
+async def proxy_state(request: Request) -> ProxyState:
+    """The state of the app serving `request`."""
     state: ProxyState = request.app.state.rltap
     return state
 
@@ -71,12 +73,12 @@ def proxy_state(request: Request) -> ProxyState:
 State = Annotated[ProxyState, Depends(proxy_state)]
 
 
-def require_admin(request: Request, state: State) -> None:
+async def require_admin(request: Request, state: State) -> None:
     """The admin key, or 401/403."""
     state.store.require_admin(request_key(request))
 
 
-def session_record(request: Request, state: State) -> SessionRecord:
+async def session_record(request: Request, state: State) -> SessionRecord:
     """The active session of the request's session key, or 401/403/410."""
     return state.store.session_for_key(request_key(request))
 
