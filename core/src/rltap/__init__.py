@@ -25,7 +25,7 @@ from rltap.types import (
 
 if TYPE_CHECKING:
     from rltap.client import ArealOpenAI, DirectOpenAI
-    from rltap.proxy.client import OpenAIProxyClient
+    from rltap.proxy import OpenAIProxyClient
     from rltap.workflow import (
         GroupedRolloutWorkflow,
         OpenAIProxyWorkflow,
@@ -56,7 +56,7 @@ __all__ = [
 _LAZY = {
     "ArealOpenAI": "rltap.client",
     "DirectOpenAI": "rltap.client",
-    "OpenAIProxyClient": "rltap.proxy.client",
+    "OpenAIProxyClient": "rltap.proxy",
     "GroupedRolloutWorkflow": "rltap.workflow",
     "OpenAIProxyWorkflow": "rltap.workflow",
     "RolloutWorkflow": "rltap.workflow",

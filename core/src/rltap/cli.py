@@ -67,7 +67,7 @@ def _models_tiny(args: argparse.Namespace) -> int:
 
 
 def _add_serve_command(subparsers: _Subparsers) -> None:
-    from rltap.proxy.options import add_serve_arguments
+    from rltap.proxy import add_serve_arguments
 
     serve = subparsers.add_parser(
         "serve",
@@ -84,13 +84,13 @@ def _add_serve_command(subparsers: _Subparsers) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from rltap.proxy.server import run_serve
+    from rltap.proxy import run_serve
 
     return run_serve(args)
 
 
 def _add_rollout_command(subparsers: _Subparsers) -> None:
-    from rltap.proxy.options import add_serve_arguments
+    from rltap.proxy import add_serve_arguments
 
     rollout = subparsers.add_parser(
         "rollout",
@@ -122,7 +122,7 @@ def _rollout(args: argparse.Namespace) -> int:
 
 
 def _add_demo_command(subparsers: _Subparsers) -> None:
-    from rltap.proxy.options import add_serve_arguments
+    from rltap.proxy import add_serve_arguments
 
     demo = subparsers.add_parser(
         "demo",

@@ -31,7 +31,7 @@ from rich.table import Table
 from rltap.rollout import LEDGER, SUMMARY, RolloutSummary
 
 if TYPE_CHECKING:
-    from rltap.proxy.server import ServeSetup
+    from rltap.proxy import ServeSetup
 
 __all__ = ["EXAMPLES", "DemoRun", "Example", "demo_command", "demo_table"]
 
@@ -209,8 +209,7 @@ async def run_all(
     runs: list[DemoRun], setup: ServeSetup, admin_key: str, root: Path, console: Console
 ) -> None:
     """Start the proxy, run every runnable framework at once with live progress."""
-    from rltap.proxy.app import create_app
-    from rltap.proxy.server import ProxyServer
+    from rltap.proxy import ProxyServer, create_app
 
     app = create_app(setup.engine, setup.renderer, setup.config)
     columns = (
@@ -299,7 +298,7 @@ def demo_command(args: argparse.Namespace) -> int:
     from transformers.utils import logging as transformers_logging
 
     from rltap.demo_model import demo_model
-    from rltap.proxy.server import serve_config
+    from rltap.proxy import serve_config
 
     started = time.monotonic()
     console = Console(stderr=True, soft_wrap=True)  # log lines stay whole when not a terminal

@@ -306,8 +306,7 @@ async def _rollout_from_args(args: Any, console: Console) -> RolloutSummary:
         return await run(args.proxy, args.admin_key, 0)
     import secrets
 
-    from rltap.proxy.app import create_app
-    from rltap.proxy.server import ProxyServer, serve_config
+    from rltap.proxy import ProxyServer, create_app, serve_config
 
     admin_key = secrets.token_urlsafe(24)
     setup = serve_config(args, admin_key)

@@ -30,7 +30,7 @@ import httpx
 
 from rltap.errors import RltapError
 from rltap.export import ExportStyle, concat_padded_tensors
-from rltap.proxy.client import OpenAIProxyClient
+from rltap.proxy import OpenAIProxyClient
 from rltap.rewards import Aggregate
 from rltap.subproc import AgentPool, EpisodeFailed
 from rltap.types import InteractionWithTokenLogpReward

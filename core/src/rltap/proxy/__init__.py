@@ -1,1 +1,49 @@
-"""rltap.proxy"""
+"""The HTTP proxy: the app, its server, its sessions, and the client of its control routes.
+
+Code outside this package uses these names from `rltap.proxy` itself, never its modules; and
+only the entry points above the proxy do (the CLI, rollouts, the demo, workflows, the testing
+helpers): the session, the protocols, the engines and the direct client never import it.
+Names are imported on first use, so `from rltap.proxy import OpenAIProxyClient` does not load
+the server stack.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rltap._lazy import lazy_getattr
+
+if TYPE_CHECKING:
+    from rltap.proxy.app import create_app
+    from rltap.proxy.client import OpenAIProxyClient
+    from rltap.proxy.options import add_serve_arguments
+    from rltap.proxy.server import ProxyServer, ServeSetup, run_serve, serve_config
+    from rltap.proxy.state import ProxyConfig, ProxyLimits, ProxyState
+
+__all__ = [
+    "OpenAIProxyClient",
+    "ProxyConfig",
+    "ProxyLimits",
+    "ProxyServer",
+    "ProxyState",
+    "ServeSetup",
+    "add_serve_arguments",
+    "create_app",
+    "run_serve",
+    "serve_config",
+]
+
+_LAZY = {
+    "OpenAIProxyClient": "rltap.proxy.client",
+    "ProxyConfig": "rltap.proxy.state",
+    "ProxyLimits": "rltap.proxy.state",
+    "ProxyServer": "rltap.proxy.server",
+    "ProxyState": "rltap.proxy.state",
+    "ServeSetup": "rltap.proxy.server",
+    "add_serve_arguments": "rltap.proxy.options",
+    "create_app": "rltap.proxy.app",
+    "run_serve": "rltap.proxy.server",
+    "serve_config": "rltap.proxy.server",
+}
+
+__getattr__ = lazy_getattr("rltap.proxy", globals(), _LAZY)

@@ -23,7 +23,14 @@ from rltap.proxy.app import create_app
 from rltap.proxy.state import ProxyConfig, ProxyLimits
 from rltap.session import SessionConfig
 
-__all__ = ["UVICORN_OPTIONS", "ProxyServer", "check_admin_key", "run_serve", "serve_config"]
+__all__ = [
+    "UVICORN_OPTIONS",
+    "ProxyServer",
+    "ServeSetup",
+    "check_admin_key",
+    "run_serve",
+    "serve_config",
+]
 
 # Keys anyone would guess; refused when the proxy listens beyond loopback.
 _WEAK_KEYS = frozenset({"admin", "test", "secret", "password", "changeme", "rltap", "areal", "key"})

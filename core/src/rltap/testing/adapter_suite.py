@@ -31,7 +31,7 @@ import httpx
 import pytest
 
 from rltap.errors import EngineError
-from rltap.proxy.client import OpenAIProxyClient
+from rltap.proxy import OpenAIProxyClient
 from rltap.testing.harness import check_episode, scripted_proxy
 from rltap.testing.proxy import RunningProxy
 from rltap.testing.scripts import FINAL_PREFIX, echo

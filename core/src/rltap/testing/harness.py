@@ -19,7 +19,7 @@ from rltap.chat.renderer import ChatRenderer
 from rltap.chat.streaming import build_output_parser
 from rltap.engines.base import InferenceEngine
 from rltap.export import branch_sequence
-from rltap.proxy.state import ProxyConfig, ProxyLimits
+from rltap.proxy import ProxyConfig, ProxyLimits
 from rltap.session import SessionConfig
 from rltap.testing.models import cached_tiny_model_dir
 from rltap.testing.proxy import TEST_ADMIN_KEY, RunningProxy, start_test_proxy

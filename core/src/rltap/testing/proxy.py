@@ -17,9 +17,7 @@ import httpx
 
 from rltap.chat.renderer import ChatRenderer
 from rltap.engines.base import InferenceEngine
-from rltap.proxy.app import create_app
-from rltap.proxy.server import ProxyServer
-from rltap.proxy.state import ProxyConfig, ProxyState
+from rltap.proxy import ProxyConfig, ProxyServer, ProxyState, create_app
 
 __all__ = ["TEST_ADMIN_KEY", "RunningProxy", "start_test_proxy"]
 

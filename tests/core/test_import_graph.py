@@ -1,0 +1,135 @@
+"""The layers of rltap, read off the source: no import cycle, and the proxy on top.
+
+Every `import` and `from ... import` of an rltap module counts, wherever it stands: at the top,
+inside a function, or under `if TYPE_CHECKING:`. A module importing `rltap.a.b` depends on
+`rltap.a.b` (its parent packages load first, but they are not its dependencies).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import rltap
+
+SOURCE = Path(rltap.__file__).parent
+# The entry points above the proxy, which run it or talk to it.
+PROXY_USERS = {
+    "rltap",
+    "rltap.cli",
+    "rltap.demo",
+    "rltap.rollout",
+    "rltap.workflow",
+    "rltap.testing.adapter_suite",
+    "rltap.testing.harness",
+    "rltap.testing.proxy",
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(SOURCE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(path: Path, modules: set[str]) -> set[str]:
+    """The rltap modules `path` imports (`from rltap.x import name` counts `rltap.x.name` when
+    that is a module, else `rltap.x`)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name.startswith("rltap"))
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("rltap"):
+            for alias in node.names:
+                child = f"{node.module}.{alias.name}"
+                found.add(child if child in modules else node.module)
+    return found & modules
+
+
+def import_graph() -> dict[str, set[str]]:
+    paths = {_module_name(p): p for p in SOURCE.rglob("*.py")}
+    modules = set(paths)
+    return {name: _imports(path, modules) - {name} for name, path in paths.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for child in sorted(graph[node]):
+            if child not in index:
+                visit(child)
+                low[node] = min(low[node], low[child])
+            elif child in on_stack:
+                low[node] = min(low[node], index[child])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_module_takes_part_in_an_import_cycle() -> None:
+    assert _cycles(import_graph()) == []
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(graph) == [["a", "b", "c"]]
+
+
+def test_only_the_entry_points_above_the_proxy_import_it_and_through_its_package() -> None:
+    users = {
+        name: sorted(i for i in imports if i == "rltap.proxy" or i.startswith("rltap.proxy."))
+        for name, imports in import_graph().items()
+        if not (name == "rltap.proxy" or name.startswith("rltap.proxy."))
+    }
+    users = {name: imports for name, imports in users.items() if imports}
+    assert set(users) <= PROXY_USERS
+    assert all(imports == ["rltap.proxy"] for imports in users.values()), users
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "rltap.session",
+        "rltap.exchange",
+        "rltap.client",
+        "rltap.generation",
+        "rltap.sse",
+        "rltap.protocols",
+        "rltap.engines",
+        "rltap.chat",
+    ],
+)
+def test_the_layers_below_the_proxy_never_import_it(module: str) -> None:
+    graph = import_graph()
+    reachable: set[str] = set()
+    todo = [name for name in graph if name == module or name.startswith(module + ".")]
+    while todo:
+        name = todo.pop()
+        if name not in reachable:
+            reachable.add(name)
+            todo.extend(graph[name])
+    assert not any(name == "rltap.proxy" or name.startswith("rltap.proxy.") for name in reachable)
