@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from rltap.chat.lru import LRUCache
@@ -27,3 +29,21 @@ def test_putting_a_cached_key_again_replaces_its_value_without_growing() -> None
 def test_a_cache_must_hold_something() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         LRUCache(0)
+
+
+def test_threads_sharing_a_cache_keep_it_within_its_limit() -> None:
+    cache: LRUCache[int, int] = LRUCache(16)
+
+    def work(offset: int) -> None:
+        for number in range(2000):
+            key = (number * 7 + offset) % 64
+            if cache.get(key) is None:
+                cache.put(key, key)
+
+    threads = [threading.Thread(target=work, args=(offset,)) for offset in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(cache) == 16
+    assert all(cache.get(key) in (None, key) for key in range(64))

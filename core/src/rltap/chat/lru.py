@@ -10,6 +10,7 @@ Usage:
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Generic, TypeVar
@@ -21,7 +22,10 @@ V = TypeVar("V")
 
 
 class LRUCache(Generic[K, V]):
-    """A mapping of at most `max_entries` keys; a `get` that finds its key makes it the newest."""
+    """A mapping of at most `max_entries` keys; a `get` that finds its key makes it the newest.
+
+    Safe to share between threads (one lock around each call).
+    """
 
     def __init__(self, max_entries: int) -> None:
         if max_entries < 1:
@@ -29,20 +33,23 @@ class LRUCache(Generic[K, V]):
             raise ValueError(msg)
         self._entries: OrderedDict[K, V] = OrderedDict()
         self._max_entries = max_entries
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def get(self, key: K) -> V | None:
         """The value of `key`, or None if it is not cached."""
-        value = self._entries.get(key)
-        if value is not None:
-            self._entries.move_to_end(key)
-        return value
+        with self._lock:
+            value = self._entries.get(key)
+            if value is not None:
+                self._entries.move_to_end(key)
+            return value
 
     def put(self, key: K, value: V) -> None:
         """Cache `value` under `key`, dropping the least recently used entry when full."""
-        self._entries[key] = value
-        self._entries.move_to_end(key)
-        if len(self._entries) > self._max_entries:
-            self._entries.popitem(last=False)
+        with self._lock:
+            self._entries[key] = value
+            self._entries.move_to_end(key)
+            if len(self._entries) > self._max_entries:
+                self._entries.popitem(last=False)
