@@ -38,18 +38,14 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 from rltap.errors import InvalidRequest
 from rltap.generation import CanonicalRequest, ToolChoice
 from rltap.protocols._validation import format_param
+from rltap.protocols.openai_responses.input_items import InputItem, input_messages
 
 __all__ = [
-    "FunctionCallItem",
-    "FunctionCallOutputItem",
     "FunctionTool",
-    "InputContentPart",
-    "InputMessage",
-    "ReasoningItem",
     "ResponsesReasoning",
     "ResponsesRequest",
-    "UnsupportedItem",
     "UnsupportedTool",
+    "to_canonical",
 ]
 
 _LENIENT = ConfigDict(extra="allow")
@@ -57,97 +53,6 @@ _FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
 _LOGPROBS_INCLUDE = "message.output_text.logprobs"
 _Path = tuple[str | int, ...]
-
-
-class InputContentPart(BaseModel):
-    """One content part: `input_text`, `output_text`, `input_image`, `input_file`, `refusal`."""
-
-    model_config = _LENIENT
-    type: str
-    text: str | None = None
-
-
-class InputMessage(BaseModel):
-    """A message item (`type` may be omitted, as in the SDK's `EasyInputMessage`)."""
-
-    model_config = _LENIENT
-    type: Literal["message"] = "message"
-    role: Literal["user", "system", "developer", "assistant"]
-    content: str | list[InputContentPart]
-
-
-class FunctionCallItem(BaseModel):
-    """A `function_call` the model made earlier (`id` is the item id, `call_id` the call's)."""
-
-    model_config = _LENIENT
-    type: Literal["function_call"]
-    call_id: str
-    name: str
-    arguments: str
-
-
-class FunctionCallOutputItem(BaseModel):
-    """The result of a function call: a string or a list of content parts."""
-
-    model_config = _LENIENT
-    type: Literal["function_call_output"]
-    call_id: str | None = None
-    output: str | list[InputContentPart]
-
-
-class _ReasoningPart(BaseModel):
-    model_config = _LENIENT
-    type: str
-    text: str = ""
-
-
-class ReasoningItem(BaseModel):
-    """A `reasoning` item: `content` holds `reasoning_text` parts, `summary` `summary_text` ones."""
-
-    model_config = _LENIENT
-    type: Literal["reasoning"]
-    summary: list[_ReasoningPart] = Field(default_factory=list)
-    content: list[_ReasoningPart] | None = None
-
-
-class UnsupportedItem(BaseModel):
-    """Any other item type; the conversion rejects it naming the type."""
-
-    model_config = _LENIENT
-    type: str
-
-
-def _item_tag(value: Any) -> str | None:
-    # CamelCase tags: `_validation` drops them from the error path like union labels.
-    if isinstance(value, Mapping):
-        kind = value.get("type", "message" if "role" in value else None)
-    else:
-        kind = getattr(value, "type", None)
-    if kind is None:
-        return None
-    # A tag that is not a string (`{"type": []}`) cannot be looked up: the validator refuses it.
-    return _ITEM_TAGS.get(kind, "Unsupported") if isinstance(kind, str) else "Unsupported"
-
-
-_ITEM_TAGS = {
-    "message": "Message",
-    "function_call": "FunctionCall",
-    "function_call_output": "FunctionCallOutput",
-    "reasoning": "Reasoning",
-}
-
-InputItem = Annotated[
-    Annotated[InputMessage, Tag("Message")]
-    | Annotated[FunctionCallItem, Tag("FunctionCall")]
-    | Annotated[FunctionCallOutputItem, Tag("FunctionCallOutput")]
-    | Annotated[ReasoningItem, Tag("Reasoning")]
-    | Annotated[UnsupportedItem, Tag("Unsupported")],
-    Discriminator(
-        _item_tag,
-        custom_error_type="invalid_item",
-        custom_error_message="an input item must be an object with a 'type' or a 'role'",
-    ),
-]
 
 
 class FunctionTool(BaseModel):
@@ -224,7 +129,7 @@ class ResponsesRequest(BaseModel):
 def to_canonical(wire: ResponsesRequest) -> CanonicalRequest:
     """The canonical form of a validated request (cross-field checks raise `InvalidRequest`)."""
     _reject_server_state(wire)
-    messages = _instructions(wire.instructions) + _input_messages(wire.input)
+    messages = _instructions(wire.instructions) + input_messages(wire.input)
     if not messages and wire.previous_response_id is None:
         msg = "'input' must not be empty unless 'previous_response_id' is given."
         raise InvalidRequest(msg, param="input")
@@ -313,113 +218,3 @@ def _tool_choice(
         msg = f"'tool_choice' names the function {name!r}, which is not in 'tools'."
         raise InvalidRequest(msg, param="tool_choice.name")
     return {"name": name}
-
-
-class _Turns:
-    """Builds canonical messages item by item; holds the assistant turn still being assembled."""
-
-    def __init__(self) -> None:
-        self.messages: list[dict[str, Any]] = []
-        self.assistant: dict[str, Any] | None = None
-        self.reasoning: str | None = None
-
-    def end_turn(self) -> None:
-        # A reasoning item nothing followed is a turn of its own (a reply cut short while thinking).
-        if self.reasoning is not None:
-            self._open_assistant(None)
-        self.assistant = None
-
-    def add(self, message: dict[str, Any]) -> None:
-        self.end_turn()
-        self.messages.append(message)
-
-    def reason(self, text: str) -> None:
-        if self.reasoning is not None:
-            self.reasoning += text
-            return
-        # Reasoning opens the next assistant turn.
-        self.assistant = None
-        self.reasoning = text
-
-    def say(self, content: str | list[dict[str, Any]]) -> None:
-        turn = self.assistant
-        if turn is not None and turn.get("tool_calls") and turn["content"] is None:
-            turn["content"] = content
-            return
-        self._open_assistant(content)
-
-    def call(self, item: FunctionCallItem) -> None:
-        turn = self.assistant if self.assistant is not None else self._open_assistant(None)
-        turn.setdefault("tool_calls", []).append(
-            {
-                "id": item.call_id,
-                "type": "function",
-                "function": {"name": item.name, "arguments": item.arguments},
-            }
-        )
-
-    def _open_assistant(self, content: str | list[dict[str, Any]] | None) -> dict[str, Any]:
-        turn: dict[str, Any] = {"role": "assistant", "content": content}
-        if self.reasoning is not None:
-            turn["reasoning_content"] = self.reasoning
-            self.reasoning = None
-        self.messages.append(turn)
-        self.assistant = turn
-        return turn
-
-
-def _input_messages(items: str | list[Any] | None) -> list[dict[str, Any]]:
-    if items is None:
-        return []
-    if isinstance(items, str):
-        return [{"role": "user", "content": items}]
-    turns = _Turns()
-    for i, item in enumerate(items):
-        where: _Path = ("input", i)
-        if isinstance(item, InputMessage):
-            content = _content(item.content, (*where, "content"))
-            if item.role == "assistant":
-                turns.say(content)
-            else:
-                role = "system" if item.role == "developer" else item.role
-                turns.add({"role": role, "content": content})
-        elif isinstance(item, FunctionCallItem):
-            turns.call(item)
-        elif isinstance(item, FunctionCallOutputItem):
-            turns.add(_tool_message(item, where))
-        elif isinstance(item, ReasoningItem):
-            turns.reason(_reasoning_text(item))
-        else:
-            msg = f"Input items of type {item.type!r} are not supported."
-            raise InvalidRequest(msg, param=format_param((*where, "type")))
-    turns.end_turn()
-    return turns.messages
-
-
-def _tool_message(item: FunctionCallOutputItem, where: _Path) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "tool"}
-    if item.call_id is not None:
-        message["tool_call_id"] = item.call_id
-    message["content"] = _content(item.output, (*where, "output"))
-    return message
-
-
-def _reasoning_text(item: ReasoningItem) -> str:
-    # The full reasoning text when the client kept it, else what the summary says.
-    parts = item.content if item.content else item.summary
-    return "".join(part.text for part in parts)
-
-
-def _content(content: str | list[InputContentPart], where: _Path) -> str | list[dict[str, Any]]:
-    if isinstance(content, str):
-        return content
-    parts: list[dict[str, Any]] = []
-    for j, part in enumerate(content):
-        if part.type not in _TEXT_PARTS:
-            parts.append(part.model_dump(exclude_none=True))
-        elif part.text is None:
-            msg = f"Content parts of type {part.type!r} must have a 'text'."
-            raise InvalidRequest(msg, param=format_param((*where, j, "text")))
-        else:
-            parts.append({"type": "text", "text": part.text})
-    return parts
