@@ -1,0 +1,1 @@
+"""Tests of `rltap.protocols.anthropic_messages`."""

@@ -1,0 +1,1 @@
+"""Tests of `rltap.protocols.openai_responses`."""
