@@ -29,7 +29,8 @@ class PieceEncoder:
     """`backend.encode(text, add_special_tokens=False).ids`, piece by piece, pieces cached.
 
     The `max_entries` most recently used pieces of up to `max_piece_chars` characters are kept,
-    so the cache stays within a few MiB however many distinct texts pass through.
+    so the cache stays bounded however many distinct texts pass through; a longer piece (a long
+    user message, rarely repeated) is encoded every time.
     """
 
     def __init__(
