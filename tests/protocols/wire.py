@@ -1,14 +1,31 @@
-"""What every API's stream tests need: the encoder run over a whole stream, and its SSE text."""
+"""What every API's tests need: a hand-made output message, a whole stream encoded, SSE text."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import orjson
 
+from rltap.chat.parsed import ParsedToolCall
 from rltap.generation import StreamEvent
 from rltap.protocols import StreamEncoder
 from rltap.sse import SSEEvent
+
+
+def assistant_message(
+    content: str, reasoning: str | None, tool_calls: Sequence[ParsedToolCall]
+) -> dict[str, Any]:
+    """The canonical output message of a hand-made generation (no content: `None`)."""
+    message: dict[str, Any] = {"role": "assistant", "content": content or None}
+    if tool_calls:
+        message["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in tool_calls
+        ]
+    if reasoning:
+        message["reasoning_content"] = reasoning
+    return message
 
 
 def encode_stream(encoder: StreamEncoder, events: Sequence[StreamEvent]) -> list[SSEEvent]:

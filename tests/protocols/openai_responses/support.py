@@ -35,7 +35,7 @@ from rltap.protocols import openai_responses as proto
 from rltap.sse import SSEEvent
 from rltap.types import ModelResponse, StopReason
 
-from ..wire import encode_stream
+from ..wire import assistant_message, encode_stream
 
 WEATHER_TOOL = {
     "type": "function",
@@ -66,21 +66,13 @@ def make_generation(
         latency=0.5,
     )
     tool_calls = [ParsedToolCall(id=c, name=n, arguments=a) for c, n, a in calls]
-    message: dict[str, Any] = {"role": "assistant", "content": content or None}
-    if tool_calls:
-        message["tool_calls"] = [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-            for c in tool_calls
-        ]
-    if reasoning:
-        message["reasoning_content"] = reasoning
     return Generation(
         index=0,
         interaction_id=interaction_id,
         response=response,
         parsed=ParsedOutput(content=content, reasoning=reasoning, tool_calls=tool_calls),
         finish_reason=finish,
-        output_message=message,
+        output_message=assistant_message(content, reasoning, tool_calls),
         token_texts=[f"t{i}" for i in range(n_out)],
         created=CREATED,
     )
