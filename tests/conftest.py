@@ -1,8 +1,9 @@
-"""Fixtures shared by every test folder: the offline Qwen tokenizer and the tiny Qwen2 model.
+"""Fixtures shared by every test folder: the offline Qwen tokenizer, the tiny Qwen2 model, and the
+concat renderer of the tiny model's tokenizer.
 
-Both are built once into `$RLTAP_TEST_CACHE` (default `~/.cache/rltap-test`) under a folder named
-by the builders' fingerprint, and reused by later runs; concurrent pytest processes are safe
-(see `rltap.testing.models.cached_build`).
+The tokenizer and the model are built once into `$RLTAP_TEST_CACHE` (default
+`~/.cache/rltap-test`) under a folder named by the builders' fingerprint, and reused by later runs;
+concurrent pytest processes are safe (see `rltap.testing.models.cached_build`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 import torch
 
+from rltap.chat.renderer import ChatRenderer
 from rltap.testing.models import cached_qwen_tokenizer_dir, cached_tiny_model_dir
 
 # Two shared cores: one torch thread is faster than two, and leaves a core to the others.
@@ -37,3 +39,17 @@ def qwen_tokenizer(qwen_tokenizer_dir: Path) -> Any:
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(qwen_tokenizer_dir))
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_model_dir: Path) -> Any:
+    """The tiny model, loaded once; every engine of the session shares it (copy it to change it)."""
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype="float32").eval()
+
+
+@pytest.fixture(scope="session")
+def renderer(tiny_model_dir: Path) -> ChatRenderer:
+    """The concat renderer of the tiny model's folder (its generation_config's eos ids stop too)."""
+    return ChatRenderer.from_pretrained(tiny_model_dir, mode="concat")

@@ -33,14 +33,6 @@ async def async_script(messages: list[dict[str, Any]], tools: Any, turn: int) ->
     return f"{len(tools or [])} tools"
 
 
-@pytest.fixture(scope="module")
-def tiny_model(tiny_model_dir: Path) -> Any:
-    from transformers import AutoModelForCausalLM
-
-    model: Any = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
-    return model.eval()
-
-
 @pytest.fixture
 async def make_engine(
     tiny_model: Any, qwen_tokenizer: Any

@@ -9,7 +9,6 @@ lengths joining and leaving the batch at different steps.
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,14 +18,6 @@ from rltap.engines.transformers import TransformersEngine
 from rltap.types import ModelRequest, ModelResponse
 
 TOLERANCE = 1e-5
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tiny_model_dir: Path) -> Any:
-    from transformers import AutoModelForCausalLM
-
-    model: Any = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
-    return model.eval()
 
 
 def prompts(qwen_tokenizer: Any) -> list[list[int]]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,14 +16,6 @@ from rltap.errors import Conflict, ContextLengthExceeded, EngineError, InvalidRe
 from rltap.types import LogprobConvention, ModelRequest, StopReason, TokenChunk
 
 PROMPT = [9707, 11, 1879, 0, 1096, 374, 264, 1273, 13]  # "Hello, world! This is a test."
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tiny_model_dir: Path) -> Any:
-    from transformers import AutoModelForCausalLM
-
-    model: Any = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
-    return model.eval()
 
 
 @pytest.fixture

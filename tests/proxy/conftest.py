@@ -20,19 +20,6 @@ from rltap.testing.scripts import tool_loop
 Script = Callable[[Sequence[Mapping[str, Any]], Sequence[Mapping[str, Any]] | None, int], str]
 
 
-@pytest.fixture(scope="session")
-def tiny_model(tiny_model_dir: Path) -> Any:
-    """The tiny model loaded once; every scripted engine in the session shares it."""
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype="float32").eval()
-
-
-@pytest.fixture(scope="session")
-def renderer(tiny_model_dir: Path) -> ChatRenderer:
-    return ChatRenderer.from_pretrained(tiny_model_dir, mode="concat")
-
-
 ProxyFactory = Callable[..., Any]
 
 

@@ -23,6 +23,8 @@ from rltap.testing.proxy import RunningProxy, start_test_proxy
 
 @pytest.fixture(scope="session")
 def renderer(qwen_tokenizer_dir: Path) -> ChatRenderer:
+    """The Qwen tokenizer's own renderer, not the tiny model's (tests/conftest.py): no model here,
+    and so no generation_config whose eos ids would stop replies too."""
     return ChatRenderer.from_pretrained(qwen_tokenizer_dir, mode="concat")
 
 

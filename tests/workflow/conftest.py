@@ -34,19 +34,6 @@ def agent_spec() -> AgentSpec:
     return spec
 
 
-@pytest.fixture(scope="session")
-def tiny_model(tiny_model_dir: Path) -> Any:
-    """The tiny model loaded once; every scripted engine of the session shares it."""
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype="float32").eval()
-
-
-@pytest.fixture(scope="session")
-def renderer(tiny_model_dir: Path) -> ChatRenderer:
-    return ChatRenderer.from_pretrained(tiny_model_dir, mode="concat")
-
-
 @pytest.fixture
 def scripted_engine(tiny_model: Any, renderer: ChatRenderer) -> Callable[..., ScriptedEngine]:
     """Scripted engines over the shared tiny model (echo script unless told otherwise)."""
