@@ -7,22 +7,10 @@ from typing import Any
 
 import openai
 import pytest
+from add_tool import CHAT_ADD_TOOL
 
 from rltap.testing.proxy import RunningProxy
 from rltap.testing.scripts import FINAL_PREFIX
-
-ADD_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "add",
-        "description": "Add two integers",
-        "parameters": {
-            "type": "object",
-            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-            "required": ["a", "b"],
-        },
-    },
-}
 
 
 def client_for(proxy: RunningProxy, key: str) -> openai.AsyncOpenAI:
@@ -59,12 +47,14 @@ async def test_tool_call_round_trip_links_the_turns(proxy: RunningProxy, stream:
     messages: list[Any] = [{"role": "user", "content": "what is 2 + 2?"}]
     if stream:
         async with client.chat.completions.stream(
-            model="tiny", messages=messages, tools=[ADD_TOOL]
+            model="tiny", messages=messages, tools=[CHAT_ADD_TOOL]
         ) as events:
             first = (await events.get_final_completion()).choices[0]
     else:
         first = (
-            await client.chat.completions.create(model="tiny", messages=messages, tools=[ADD_TOOL])
+            await client.chat.completions.create(
+                model="tiny", messages=messages, tools=[CHAT_ADD_TOOL]
+            )
         ).choices[0]
     assert first.finish_reason == "tool_calls"
     (call,) = first.message.tool_calls or []
@@ -74,7 +64,9 @@ async def test_tool_call_round_trip_links_the_turns(proxy: RunningProxy, stream:
         first.message.model_dump(exclude_none=True),
         {"role": "tool", "tool_call_id": call.id, "content": "4"},
     ]
-    second = await client.chat.completions.create(model="tiny", messages=messages, tools=[ADD_TOOL])
+    second = await client.chat.completions.create(
+        model="tiny", messages=messages, tools=[CHAT_ADD_TOOL]
+    )
     assert second.choices[0].message.content == f"{FINAL_PREFIX} 4"
     await proxy.session_post(key, "/rl/set_reward", {"reward": 1.0})
     export = await end_and_export(proxy, key, session_id, discount=0.5, style="concat")

@@ -8,20 +8,10 @@ from typing import Any
 import anthropic
 import httpx2
 import pytest
+from add_tool import ANTHROPIC_ADD_TOOL, QUESTION
 
 from rltap.testing.proxy import RunningProxy
 from rltap.testing.scripts import FINAL_PREFIX
-
-ADD_TOOL: dict[str, Any] = {
-    "name": "add",
-    "description": "Add two integers",
-    "input_schema": {
-        "type": "object",
-        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-        "required": ["a", "b"],
-    },
-}
-QUESTION = "what is 2 + 2?"
 
 
 @pytest.fixture
@@ -100,14 +90,14 @@ async def test_tool_use_round_trip_links_the_turns(
     messages: list[Any] = [{"role": "user", "content": QUESTION}]
     if stream:
         async with client.messages.stream(
-            model="tiny", max_tokens=256, messages=messages, tools=[ADD_TOOL]
+            model="tiny", max_tokens=256, messages=messages, tools=[ANTHROPIC_ADD_TOOL]
         ) as events:
             kinds = [event.type async for event in events]
             first = await events.get_final_message()
         assert "input_json" in kinds  # the SDK's event for input_json_delta
     else:
         first = await client.messages.create(
-            model="tiny", max_tokens=256, messages=messages, tools=[ADD_TOOL]
+            model="tiny", max_tokens=256, messages=messages, tools=[ANTHROPIC_ADD_TOOL]
         )
     assert first.stop_reason == "tool_use"
     uses = [block for block in first.content if block.type == "tool_use"]
@@ -124,7 +114,7 @@ async def test_tool_use_round_trip_links_the_turns(
         },
     ]
     second = await client.messages.create(
-        model="tiny", max_tokens=256, messages=messages, tools=[ADD_TOOL]
+        model="tiny", max_tokens=256, messages=messages, tools=[ANTHROPIC_ADD_TOOL]
     )
     assert second.stop_reason == "end_turn"
     assert second.content[0].type == "text"

@@ -8,21 +8,10 @@ from typing import Any
 
 import openai
 import pytest
+from add_tool import QUESTION, RESPONSES_ADD_TOOL
 
 from rltap.testing.proxy import RunningProxy
 from rltap.testing.scripts import FINAL_PREFIX
-
-ADD_TOOL: dict[str, Any] = {
-    "type": "function",
-    "name": "add",
-    "description": "Add two integers",
-    "parameters": {
-        "type": "object",
-        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-        "required": ["a", "b"],
-    },
-}
-QUESTION = "what is 2 + 2?"
 
 
 def client_for(proxy: RunningProxy, key: str, *, alias: bool = False) -> openai.AsyncOpenAI:
@@ -102,14 +91,16 @@ async def test_function_call_round_trip_links_the_turns(
     client = client_for(proxy, key)
     if stream:
         async with client.responses.stream(
-            model="tiny", input=QUESTION, tools=[ADD_TOOL]
+            model="tiny", input=QUESTION, tools=[RESPONSES_ADD_TOOL]
         ) as events:
             kinds = [event.type async for event in events]
             first = await events.get_final_response()
         assert "response.function_call_arguments.delta" in kinds
         assert "response.function_call_arguments.done" in kinds
     else:
-        first = await client.responses.create(model="tiny", input=QUESTION, tools=[ADD_TOOL])
+        first = await client.responses.create(
+            model="tiny", input=QUESTION, tools=[RESPONSES_ADD_TOOL]
+        )
     calls = [item for item in first.output if item.type == "function_call"]
     assert len(calls) == 1
     call = calls[0]
@@ -120,7 +111,7 @@ async def test_function_call_round_trip_links_the_turns(
     if history == "items":
         second = await client.responses.create(
             model="tiny",
-            tools=[ADD_TOOL],
+            tools=[RESPONSES_ADD_TOOL],
             input=[
                 {"role": "user", "content": QUESTION},
                 *[item.model_dump(exclude_none=True) for item in first.output],
@@ -129,7 +120,7 @@ async def test_function_call_round_trip_links_the_turns(
         )
     else:
         second = await client.responses.create(
-            model="tiny", tools=[ADD_TOOL], previous_response_id=first.id, input=[result]
+            model="tiny", tools=[RESPONSES_ADD_TOOL], previous_response_id=first.id, input=[result]
         )
     assert second.output_text == f"{FINAL_PREFIX} 4"
 

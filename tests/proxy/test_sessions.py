@@ -12,6 +12,7 @@ import httpx
 import openai
 import pytest
 import torch
+from add_tool import CHAT_ADD_TOOL
 from prometheus_client.parser import text_string_to_metric_families
 
 from rltap import errors
@@ -20,19 +21,6 @@ from rltap.proxy.state import ProxyLimits
 from rltap.testing.proxy import RunningProxy
 
 ProxyFactory = Callable[..., Awaitable[RunningProxy]]
-
-ADD_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "add",
-        "description": "Add two integers",
-        "parameters": {
-            "type": "object",
-            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-            "required": ["a", "b"],
-        },
-    },
-}
 
 
 async def poll(check: Callable[[], Awaitable[bool]], within: float, what: str) -> float:
@@ -221,7 +209,7 @@ async def test_openai_proxy_client_end_to_end(proxy: RunningProxy) -> None:
         )
         messages: list[Any] = [{"role": "user", "content": "add 2 and 2"}]
         first = await agent.chat.completions.create(
-            model="tiny", messages=messages, tools=[ADD_TOOL]
+            model="tiny", messages=messages, tools=[CHAT_ADD_TOOL]
         )
         (call,) = first.choices[0].message.tool_calls or []
         messages += [
@@ -229,7 +217,7 @@ async def test_openai_proxy_client_end_to_end(proxy: RunningProxy) -> None:
             {"role": "tool", "tool_call_id": call.id, "content": "4"},
         ]
         second = await agent.chat.completions.create(
-            model="tiny", messages=messages, tools=[ADD_TOOL]
+            model="tiny", messages=messages, tools=[CHAT_ADD_TOOL]
         )
         assert await session.set_last_reward(1.0) == second.id
         await session.set_reward(first.id, 0.5)

@@ -14,6 +14,7 @@ import httpx2
 import openai
 import pytest
 import torch
+from add_tool import ANTHROPIC_ADD_TOOL, CHAT_ADD_TOOL, RESPONSES_ADD_TOOL
 
 from rltap.chat.renderer import ChatRenderer
 from rltap.chat.streaming import build_output_parser
@@ -27,24 +28,6 @@ from rltap.types import ModelRequest, TokenChunk
 
 ProxyFactory = Callable[..., Awaitable[RunningProxy]]
 
-CHAT_TOOL: dict[str, Any] = {
-    "type": "function",
-    "function": {
-        "name": "add",
-        "description": "Add two integers",
-        "parameters": {
-            "type": "object",
-            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-            "required": ["a", "b"],
-        },
-    },
-}
-RESPONSES_TOOL: dict[str, Any] = {"type": "function", **CHAT_TOOL["function"]}
-ANTHROPIC_TOOL: dict[str, Any] = {
-    "name": "add",
-    "description": "Add two integers",
-    "input_schema": CHAT_TOOL["function"]["parameters"],
-}
 SYSTEM = "Be brief."
 
 
@@ -169,7 +152,7 @@ async def test_tool_turns_link_across_the_three_apis(proxy: RunningProxy) -> Non
     first = await openai_client.chat.completions.create(
         model="tiny",
         messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}],
-        tools=[CHAT_TOOL],
+        tools=[CHAT_ADD_TOOL],
     )
     (call,) = first.choices[0].message.tool_calls or []
     arguments = json.loads(call.function.arguments)
@@ -178,7 +161,7 @@ async def test_tool_turns_link_across_the_three_apis(proxy: RunningProxy) -> Non
     second = await openai_client.responses.create(
         model="tiny",
         instructions=SYSTEM,
-        tools=[RESPONSES_TOOL],
+        tools=[RESPONSES_ADD_TOOL],
         input=[
             {"role": "user", "content": question},
             {
@@ -200,7 +183,7 @@ async def test_tool_turns_link_across_the_three_apis(proxy: RunningProxy) -> Non
             model="tiny",
             max_tokens=256,
             system=SYSTEM,
-            tools=[ANTHROPIC_TOOL],
+            tools=[ANTHROPIC_ADD_TOOL],
             messages=[
                 {"role": "user", "content": question},
                 {
@@ -292,23 +275,29 @@ async def test_concat_export_is_token_faithful(recorded: Recorded, tiny_model: A
         {"role": "system", "content": SYSTEM},
         {"role": "user", "content": "add 2 and 2"},
     ]
-    first = await client.chat.completions.create(model="tiny", messages=opening, tools=[CHAT_TOOL])
+    first = await client.chat.completions.create(
+        model="tiny", messages=opening, tools=[CHAT_ADD_TOOL]
+    )
     (call,) = first.choices[0].message.tool_calls or []
     after_call = [*opening, first.choices[0].message.model_dump(exclude_none=True)]
 
     # Branch A (streamed): tool result 4, then one more user turn. Branch B: tool result 5.
     branch_a = [*after_call, {"role": "tool", "tool_call_id": call.id, "content": "4"}]
     async with client.chat.completions.stream(
-        model="tiny", messages=branch_a, tools=[CHAT_TOOL]
+        model="tiny", messages=branch_a, tools=[CHAT_ADD_TOOL]
     ) as events:
         second = await events.get_final_completion()
     branch_a += [
         second.choices[0].message.model_dump(exclude_none=True),
         {"role": "user", "content": "and now?"},
     ]
-    third = await client.chat.completions.create(model="tiny", messages=branch_a, tools=[CHAT_TOOL])
+    third = await client.chat.completions.create(
+        model="tiny", messages=branch_a, tools=[CHAT_ADD_TOOL]
+    )
     branch_b = [*after_call, {"role": "tool", "tool_call_id": call.id, "content": "5"}]
-    other = await client.chat.completions.create(model="tiny", messages=branch_b, tools=[CHAT_TOOL])
+    other = await client.chat.completions.create(
+        model="tiny", messages=branch_b, tools=[CHAT_ADD_TOOL]
+    )
     assert other.choices[0].message.content == f"{FINAL_PREFIX} 5"
 
     export = await end_and_export(proxy, key, session_id, style="concat")
