@@ -1,0 +1,98 @@
+"""The registry of wire APIs (`rltap.protocols.SPECS`): what the proxy serves and how ids look."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from rltap.chat.parsed import ParsedOutput
+from rltap.chat.renderer import ChatRenderer
+from rltap.engines.scripted import ScriptedEngine
+from rltap.generation import Generation
+from rltap.protocols import (
+    SPECS,
+    ApiSpec,
+    anthropic_messages,
+    openai_chat,
+    openai_responses,
+    spec_for_path,
+    spec_named,
+)
+from rltap.proxy.app import create_app
+from rltap.proxy.state import ProxyConfig
+from rltap.session import new_interaction_id
+from rltap.testing.proxy import TEST_ADMIN_KEY
+from rltap.testing.scripts import echo
+from rltap.types import ModelResponse
+
+from .wire import assistant_message
+
+SPEC_PARAMS = [pytest.param(spec, id=name) for name, spec in SPECS.items()]
+USER = {"role": "user", "content": "hi"}
+SMALLEST_BODY: dict[str, dict[str, Any]] = {
+    "chat": {"model": "m", "messages": [USER]},
+    "responses": {"model": "m", "input": "hi"},
+    "messages": {"model": "m", "max_tokens": 8, "messages": [USER]},
+}
+
+
+def test_every_api_package_is_registered_by_its_name() -> None:
+    packages = [openai_chat, openai_responses, anthropic_messages]
+    assert {package.SPEC.name: package.SPEC for package in packages} == SPECS
+    assert all(spec_named(name) is spec for name, spec in SPECS.items())
+
+
+def test_the_app_serves_every_path_of_every_spec(tiny_model: Any, renderer: ChatRenderer) -> None:
+    engine = ScriptedEngine(echo, tiny_model, tokenizer=renderer.tokenizer)
+    app = create_app(engine, renderer, ProxyConfig(admin_key=TEST_ADMIN_KEY))
+    routes = app.openapi()["paths"]
+    for spec in SPECS.values():
+        for path in spec.paths:
+            assert "post" in routes[path], path
+            assert routes[path]["post"]["summary"] == spec.title
+
+
+@pytest.mark.parametrize(
+    ("path", "name"),
+    [
+        *(pytest.param(p, s.name, id=p) for s in SPECS.values() for p in s.paths),
+        pytest.param("/v1/messages/count_tokens", "messages", id="below-a-route"),
+    ],
+)
+def test_spec_for_path(path: str, name: str) -> None:
+    spec = spec_for_path(path)
+    assert spec is not None
+    assert spec.name == name
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        pytest.param("/v1/completions", id="other-api"),
+        pytest.param("/v1/chat", id="above-a-route"),
+        pytest.param("/v1/messagesx", id="prefix-of-a-name"),
+        pytest.param("/rl/start_session", id="admin-route"),
+    ],
+)
+def test_spec_for_an_unknown_path_is_none(path: str) -> None:
+    assert spec_for_path(path) is None
+
+
+@pytest.mark.parametrize("spec", SPEC_PARAMS)
+def test_reply_ids_begin_with_the_id_prefix(spec: ApiSpec) -> None:
+    interaction_id = new_interaction_id(spec.name)
+    generation = Generation(
+        index=0,
+        interaction_id=interaction_id,
+        response=ModelResponse(
+            input_tokens=[1, 2], output_tokens=[3], output_logprobs=[-0.5], output_versions=[0]
+        ),
+        parsed=ParsedOutput(content="hello"),
+        finish_reason="stop",
+        output_message=assistant_message("hello", None, []),
+    )
+    body = spec.build_response(spec.parse(SMALLEST_BODY[spec.name]), [generation])
+    assert body["id"] == interaction_id
+    assert body["id"].startswith(spec.id_prefix)
+    assert len(body["id"]) > len(spec.id_prefix)
