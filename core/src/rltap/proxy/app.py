@@ -56,7 +56,7 @@ def create_app(engine: InferenceEngine, renderer: ChatRenderer, config: ProxyCon
 
     app = FastAPI(title="rltap proxy", version="0.1.0", lifespan=lifespan)
     app.state.rltap = state
-    routers = (generation.router, control.router)
+    routers = (generation.router, *control.ROUTERS)
     for router in routers:
         app.include_router(router)
     routes = [

@@ -1,8 +1,8 @@
 """The RL control surface: capacity, sessions, rewards, policy version, export; and health.
 
-Admin routes take the admin key; session routes the session key (`Authorization: Bearer` or
-`x-api-key`). Bodies are pydantic models (strict types: a reward is a number, not a string).
-Export bodies encode tensors as described in `rltap.tensor_codec`.
+`admin_routes` take the admin key, `session_routes` a live session's key, `open_routes` none
+(`rltap.proxy.routing` checks them). Bodies are pydantic models (strict types: a reward is a
+number, not a string). Export bodies encode tensors as described in `rltap.tensor_codec`.
 """
 
 from __future__ import annotations
@@ -19,26 +19,35 @@ from pydantic import BaseModel, ConfigDict, Field
 from rltap.errors import Conflict, InvalidRequest
 from rltap.export import ExportStyle
 from rltap.proxy.requests import request_key
-from rltap.proxy.routing import AdminKey, JsonBodyRoute, Record, State
+from rltap.proxy.routing import (
+    AdminRoute,
+    OpenRoute,
+    SessionRoute,
+    caller_session,
+    proxy_state,
+)
 from rltap.proxy.state import SessionRecord, SessionState
 from rltap.rewards import Aggregate, check_reward
 from rltap.tensor_codec import encode_tensors
 from rltap.types import InteractionStatus, InteractionWithTokenLogpReward
 
 __all__ = [
+    "ROUTERS",
     "ExportRequest",
     "SetRewardRequest",
     "SetVersionRequest",
     "StartSessionRequest",
     "export_body",
-    "router",
 ]
 
 # Exports carry versions as int32: a larger one would fail every later export.
 _MAX_VERSION = 2**31 - 1
 _BODY = ConfigDict(extra="allow", strict=True)
 
-router = APIRouter(route_class=JsonBodyRoute)
+admin_routes = APIRouter(route_class=AdminRoute)
+session_routes = APIRouter(route_class=SessionRoute)
+open_routes = APIRouter(route_class=OpenRoute)
+ROUTERS = (admin_routes, session_routes, open_routes)
 
 
 class StartSessionRequest(BaseModel):
@@ -80,23 +89,26 @@ def _json(body: Any) -> Response:
     return Response(orjson.dumps(body), media_type="application/json")
 
 
-@router.post("/grant_capacity", dependencies=[AdminKey])
-async def grant_capacity(state: State) -> Response:
+@admin_routes.post("/grant_capacity")
+async def grant_capacity(request: Request) -> Response:
+    state = proxy_state(request)
     expires_in = state.store.grant()
     state.metrics.open_sessions.set(state.store.open_sessions)
     return _json({"granted": True, "expires_in": expires_in})
 
 
-@router.post("/rl/start_session", dependencies=[AdminKey])
-async def start_session(state: State, body: StartSessionRequest | None = None) -> Response:
+@admin_routes.post("/rl/start_session")
+async def start_session(request: Request, body: StartSessionRequest | None = None) -> Response:
+    state = proxy_state(request)
     body = body or StartSessionRequest()
     session_id, key = state.store.start(task_id=body.task_id, api_key=body.api_key)
     state.metrics.open_sessions.set(state.store.open_sessions)
     return _json({"session_id": session_id, "api_key": key})
 
 
-@router.post("/rl/set_reward")
-async def set_reward(record: Record, body: SetRewardRequest) -> Response:
+@session_routes.post("/rl/set_reward")
+async def set_reward(request: Request, body: SetRewardRequest) -> Response:
+    record = caller_session(request)
     reward = check_reward(body.reward)
     cache = record.session.cache
     interaction_id = body.interaction_id
@@ -107,21 +119,24 @@ async def set_reward(record: Record, body: SetRewardRequest) -> Response:
     return _json({"interaction_id": interaction_id, "reward": reward})
 
 
-@router.post("/rl/end_session")
-async def end_session(state: State, record: Record) -> Response:
+@session_routes.post("/rl/end_session")
+async def end_session(request: Request) -> Response:
+    state, record = proxy_state(request), caller_session(request)
     state.store.end(record)
     state.metrics.open_sessions.set(state.store.open_sessions)
     return _json({"session_id": record.session_id, "state": record.state.value})
 
 
-@router.post("/rl/set_version", dependencies=[AdminKey])
-async def set_version(state: State, body: SetVersionRequest) -> Response:
+@admin_routes.post("/rl/set_version")
+async def set_version(request: Request, body: SetVersionRequest) -> Response:
+    state = proxy_state(request)
     state.engine.set_version(body.version)
     return _json({"version": state.engine.version})
 
 
-@router.post("/export_trajectories", dependencies=[AdminKey])
-async def export_trajectories(state: State, body: ExportRequest) -> Response:
+@admin_routes.post("/export_trajectories")
+async def export_trajectories(request: Request, body: ExportRequest) -> Response:
+    state = proxy_state(request)
     config = state.config
     timeout = config.export_wait_timeout if body.wait_timeout is None else body.wait_timeout
     if timeout > config.max_export_wait:
@@ -135,15 +150,17 @@ async def export_trajectories(state: State, body: ExportRequest) -> Response:
     return _json(exported)
 
 
-@router.get("/health")
-async def health(state: State) -> Response:
+@open_routes.get("/health")
+async def health(request: Request) -> Response:
+    state = proxy_state(request)
     return _json(
         {"status": "ok", "model": state.config.model_name, "version": state.engine.version}
     )
 
 
-@router.get("/v1/models")
-async def models(request: Request, state: State) -> Response:
+@open_routes.get("/v1/models")
+async def models(request: Request) -> Response:
+    state = proxy_state(request)
     key = request_key(request)
     if not (key and state.store.is_admin(key)):  # the admin key or a live session's key
         state.store.session_for_key(key)
@@ -151,8 +168,9 @@ async def models(request: Request, state: State) -> Response:
     return _json({"object": "list", "data": [model]})
 
 
-@router.get("/metrics")
-async def metrics(state: State) -> Response:
+@open_routes.get("/metrics")
+async def metrics(request: Request) -> Response:
+    state = proxy_state(request)
     # The reaper and grant expiry change this without a request: read it at scrape time.
     state.metrics.open_sessions.set(state.store.open_sessions)
     return Response(state.metrics.render(), media_type="text/plain; version=0.0.4")

@@ -23,8 +23,8 @@ from rltap import exchange
 from rltap.generation import Generation
 from rltap.protocols import SPECS, ApiSpec
 from rltap.proxy.metrics import ProxyMetrics
-from rltap.proxy.routing import JsonBodyRoute, Record, State
-from rltap.proxy.state import ProxyState, SessionRecord
+from rltap.proxy.routing import SessionRoute, caller_session, proxy_state
+from rltap.proxy.state import SessionRecord
 
 __all__ = ["STARTED", "router"]
 
@@ -45,13 +45,14 @@ _REPLIES: dict[int | str, dict[str, Any]] = {
     },
 }
 
-router = APIRouter(route_class=JsonBodyRoute)
+router = APIRouter(route_class=SessionRoute)
 
 
 async def generate(
-    spec: ApiSpec, request: Request, state: ProxyState, body: BaseModel, record: SessionRecord
+    spec: ApiSpec, request: Request, body: BaseModel, record: SessionRecord
 ) -> Response:
     """Answer one generation request of `spec`'s API in the session of `record`."""
+    state = proxy_state(request)
     started: float = request.scope.get(STARTED, time.perf_counter())
     canonical = spec.to_canonical(body)
     loop = asyncio.get_running_loop()
@@ -85,8 +86,8 @@ def _endpoint(spec: ApiSpec) -> Callable[..., Awaitable[Response]]:
     """`generate` for one API, with that API's body model in its signature (FastAPI validates
     and documents the body by the annotation)."""
 
-    async def endpoint(request: Request, state: State, body: BaseModel, record: Record) -> Response:
-        return await generate(spec, request, state, body, record)
+    async def endpoint(request: Request, body: BaseModel) -> Response:
+        return await generate(spec, request, body, caller_session(request))
 
     signature = inspect.signature(endpoint)
     parameters = [
