@@ -28,6 +28,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from rltap.protocols import SPECS
 from rltap.rollout import LEDGER, SUMMARY, RolloutSummary
 
 if TYPE_CHECKING:
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
 
 __all__ = ["EXAMPLES", "DemoRun", "Example", "demo_command", "demo_table"]
 
-_GENERATION_ROUTES = ("chat", "responses", "messages")
 _LOG_EVERY = 30.0  # seconds between progress lines when stderr is not a terminal
 
 
@@ -195,7 +195,7 @@ class _EngineLine:
         tokens = value("rltap_completion_tokens_total") or 0.0
         calls = sum(
             value("rltap_proxy_overhead_seconds_count", {"route": route}) or 0.0
-            for route in _GENERATION_ROUTES
+            for route in SPECS  # generation metrics are labelled by API name
         )
         sessions = value("rltap_open_sessions") or 0.0
         if self.first_session is None and (sessions or tokens):
