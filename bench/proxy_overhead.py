@@ -10,9 +10,9 @@ call a different conversation) give the median and p99 latency and their differe
 concurrent sessions x 8 turns (one growing conversation each; in process for the embedded direct
 path, the same prompts) give calls/s.
 
-`--baseline DIR` serves (a) a second time from another checkout's source (`DIR/core/src`, e.g. a
-git worktree of an earlier commit, run with this venv's packages), its calls interleaved with the
-others, so the two proxies' hops are compared in one run on the same machine state.
+`--baseline DIR` (repeatable) serves (a) again from another checkout's source (`DIR/core/src`,
+e.g. a git worktree of an earlier commit, run with this venv's packages), its calls interleaved
+with the others, so the proxies' hops are compared in one run on the same machine state.
 
 Run: .venv/bin/python bench/proxy_overhead.py [--calls 400] [--skip-embedded] [--baseline DIR]
 """
@@ -173,8 +173,8 @@ async def bench_vllm(args: argparse.Namespace, progress: Progress) -> dict[str, 
     fake_url = f"http://127.0.0.1:{fake_port}"
     engine_args = ("--engine", "vllm", "--url", fake_url, "--tokenizer", str(tokenizer_dir))
     sources: dict[str, Path | None] = {"proxy": None}
-    if args.baseline is not None:
-        sources["baseline"] = args.baseline.resolve() / "core" / "src"
+    for folder in args.baseline:
+        sources[folder.name] = folder.resolve() / "core" / "src"
     limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
     with contextlib.ExitStack() as stack:
         fake_process = stack.enter_context(background(fake))
@@ -301,9 +301,9 @@ def report(
     ):
         table.add_column(column, justify="right")
     for backend, r in results.items():
-        proxies = [name for name in ("proxy", "baseline") if f"{name}_med" in r]
+        proxies = [k.removesuffix("_med") for k in r if k.endswith("_med") and k != "direct_med"]
         for name in proxies:
-            label = backend if name == "proxy" else f"{backend}, baseline"
+            label = backend if name == "proxy" else f"{backend}, {name}"
             table.add_row(
                 label,
                 f"{r['direct_med'] * 1e3:.2f} ms", f"{r[f'{name}_med'] * 1e3:.2f} ms",
@@ -334,7 +334,11 @@ def main() -> int:
     parser.add_argument("--skip-vllm", action="store_true")
     parser.add_argument("--check", action="store_true", help="exit 1 if (a) adds over 1 ms")
     parser.add_argument(
-        "--baseline", type=Path, default=None, help="a checkout whose proxy (a) also measures"
+        "--baseline",
+        type=Path,
+        action="append",
+        default=[],
+        help="a checkout whose proxy (a) also measures (repeatable)",
     )
     args = parser.parse_args()
     try:
@@ -351,10 +355,10 @@ def main() -> int:
         return 0
     added = (vllm["proxy_med"] - vllm["direct_med"]) * 1e3
     console.print(f"(a) median added latency: {added:.2f} ms (target <= 1 ms)")
-    if "baseline_med" in vllm:
-        baseline = (vllm["baseline_med"] - vllm["direct_med"]) * 1e3
+    for folder in args.baseline:
+        baseline = (vllm[f"{folder.name}_med"] - vllm["direct_med"]) * 1e3
         console.print(
-            f"    baseline ({args.baseline}): {baseline:.2f} ms, ratio {added / baseline:.2f}"
+            f"    baseline {folder}: {baseline:.2f} ms; this tree's / its: {added / baseline:.2f}"
         )
     return 1 if args.check and added > 1.0 else 0
 

@@ -12,8 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from typing import Any
 
 from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 
 from rltap.chat.renderer import ChatRenderer
@@ -56,13 +58,23 @@ def create_app(engine: InferenceEngine, renderer: ChatRenderer, config: ProxyCon
 
     app = FastAPI(title="rltap proxy", version="0.1.0", lifespan=lifespan)
     app.state.rltap = state
-    routers = (generation.router, *control.ROUTERS)
-    for router in routers:
+    for path, endpoint in generation.ENDPOINTS:
+        app.add_route(path, endpoint, methods=["POST"], include_in_schema=False)
+    for router in control.ROUTERS:
         app.include_router(router)
-    routes = [
-        route.path for router in routers for route in router.routes if isinstance(route, APIRoute)
-    ]
+    documented = [*generation.DOCUMENTED, *(r for router in control.ROUTERS for r in router.routes)]
+    routes = [route.path for route in documented if isinstance(route, APIRoute)]
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=config.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=state.metrics, routes=routes)
     install_error_handlers(app)
+
+    def openapi() -> dict[str, Any]:
+        # FastAPI's document, with the generation routes declared where it can see them.
+        if app.openapi_schema is None:
+            app.openapi_schema = get_openapi(
+                title=app.title, version=app.version, routes=documented
+            )
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
     return app

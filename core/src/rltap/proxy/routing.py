@@ -1,6 +1,8 @@
 """What every route of the proxy shares: who may call it, and how its body is read.
 
-Each router's route class says which key its routes need, checked before the body is read (a
+The generation routes check the session key with `session_of` and parse with `parse_json`
+themselves (`rltap.proxy.generation`); the control routes through their route class. Each
+router's route class says which key its routes need, checked before the body is read (a
 client without the right key learns nothing about its body, and sends no large body in vain):
 `OpenRoute` none, `AdminRoute` the admin key, `SessionRoute` a live session's key, whose record
 the endpoint then finds with `caller_session`. Keys come as `Authorization: Bearer` or
@@ -31,6 +33,7 @@ __all__ = [
     "SessionRoute",
     "caller_session",
     "proxy_state",
+    "session_of",
 ]
 
 
@@ -81,14 +84,18 @@ class SessionRoute(OpenRoute):
     """A route for a live session's key; `caller_session(request)` is that session."""
 
     def check_key(self, request: Request) -> None:
-        record = proxy_state(request).store.session_for_key(request_key(request))
-        request.state.rltap_session = record
+        request.state.rltap_session = session_of(request)
 
 
 def proxy_state(request: Request) -> ProxyState:
     """The state of the app serving `request`."""
     state: ProxyState = request.app.state.rltap
     return state
+
+
+def session_of(request: Request) -> SessionRecord:
+    """The live session whose key the request came with, or 401/403/410."""
+    return proxy_state(request).store.session_for_key(request_key(request))
 
 
 def caller_session(request: Request) -> SessionRecord:
