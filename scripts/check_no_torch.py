@@ -1,10 +1,11 @@
-"""`pip install ./core` without torch serves a chat completion through vLLM's HTTP API.
+"""`pip install ./core` without torch serves and exports a chat completion through vLLM's API.
 
 Builds (or refreshes) a virtual environment with rltap and its plain dependencies only, checks
 that torch cannot be imported there, and from that environment alone: builds the offline Qwen
 tokenizer, starts the fake vLLM server (`bench/fake_vllm.py`), runs
-`rltap serve --engine vllm --url URL --tokenizer DIR`, opens a session and asks for one chat
-completion. Exits non-zero on any failure. `make test` runs it (`make no-torch` alone).
+`rltap serve --engine vllm --url URL --tokenizer DIR`, opens a session, asks for one chat
+completion and exports it. Exits non-zero on any failure. `make test` runs it (`make no-torch`
+alone).
 
 Run: .venv/bin/python scripts/check_no_torch.py [--venv .venv-notorch]
 """
@@ -114,6 +115,12 @@ def chat_once(proxy: str, admin_key: str) -> str:
     status, reply = http("POST", f"{proxy}/v1/chat/completions", body, key=session["api_key"])
     if status != 200:
         msg = f"chat completion answered {status}: {reply}"
+        raise CheckFailed(msg)
+    http("POST", f"{proxy}/rl/end_session", {}, key=session["api_key"])
+    request = {"session_id": session["session_id"]}
+    status, export = http("POST", f"{proxy}/export_trajectories", request, key=admin_key)
+    if status != 200 or [i["interaction_id"] for i in export["interactions"]] != [reply["id"]]:
+        msg = f"export answered {status}: {export}"
         raise CheckFailed(msg)
     return str(reply["choices"][0]["message"]["content"])
 

@@ -26,15 +26,19 @@ _DTYPES: dict[str, np.dtype[Any]] = {
 }
 
 
-def encode_tensor(tensor: torch.Tensor) -> dict[str, Any]:
-    name = str(tensor.dtype).removeprefix("torch.")
+def encode_tensor(tensor: torch.Tensor | np.ndarray) -> dict[str, Any]:
+    """A torch tensor or a numpy array (the proxy's, without torch) as JSON."""
+    if isinstance(tensor, np.ndarray):
+        name, array = str(tensor.dtype), tensor
+    else:
+        name, array = str(tensor.dtype).removeprefix("torch."), tensor.detach().cpu().numpy()
     if name not in _DTYPES:
         msg = f"cannot encode dtype {tensor.dtype}; expected one of {sorted(_DTYPES)}"
         raise ValueError(msg)
-    array = tensor.detach().cpu().contiguous().numpy().astype(_DTYPES[name], copy=False)
+    array = np.ascontiguousarray(array).astype(_DTYPES[name], copy=False)
     return {
         "dtype": name,
-        "shape": list(tensor.shape),
+        "shape": list(array.shape),
         "data": base64.b64encode(array.tobytes()).decode("ascii"),
     }
 
@@ -53,7 +57,9 @@ def decode_tensor(encoded: Mapping[str, Any]) -> torch.Tensor:
     return torch.from_numpy(array.copy()).reshape(encoded["shape"]).to(getattr(torch, name))
 
 
-def encode_tensors(tensors: Mapping[str, torch.Tensor]) -> dict[str, dict[str, Any]]:
+def encode_tensors(
+    tensors: Mapping[str, torch.Tensor] | Mapping[str, np.ndarray],
+) -> dict[str, dict[str, Any]]:
     return {key: encode_tensor(value) for key, value in tensors.items()}
 
 

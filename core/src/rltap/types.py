@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from rltap.errors import InvalidRequest
 from rltap.ids import random_hex
 
@@ -180,17 +182,22 @@ class TokenSequence:
         seq.append_output(response)
         return seq
 
+    def to_arrays(self, reward: float) -> dict[str, np.ndarray]:
+        """The training tensors as numpy arrays: what `to_tensor_dict` wraps, and what the
+        proxy exports (without torch)."""
+        return {
+            "input_ids": np.array([self.input_ids], dtype=np.int32),
+            "loss_mask": np.array([self.loss_mask], dtype=np.int32),
+            "logprobs": np.array([self.logprobs], dtype=np.float32),
+            "versions": np.array([self.versions], dtype=np.int32),
+            "attention_mask": np.ones((1, len(self.input_ids)), dtype=np.bool_),
+            "rewards": np.array([reward], dtype=np.float32),
+        }
+
     def to_tensor_dict(self, reward: float) -> dict[str, torch.Tensor]:
         import torch
 
-        return {
-            "input_ids": torch.tensor([self.input_ids], dtype=torch.int32),
-            "loss_mask": torch.tensor([self.loss_mask], dtype=torch.int32),
-            "logprobs": torch.tensor([self.logprobs], dtype=torch.float32),
-            "versions": torch.tensor([self.versions], dtype=torch.int32),
-            "attention_mask": torch.ones((1, len(self.input_ids)), dtype=torch.bool),
-            "rewards": torch.tensor([reward], dtype=torch.float32),
-        }
+        return {name: torch.from_numpy(array) for name, array in self.to_arrays(reward).items()}
 
 
 def _new_interaction_id() -> str:
@@ -254,8 +261,14 @@ class InteractionWithTokenLogpReward:
 
     def to_tensor_dict(self) -> dict[str, torch.Tensor]:
         """The training tensors: ids, masks, logprobs and versions shaped [1, L], rewards [1]."""
-        reward = 0.0 if self.reward is None else float(self.reward)
-        return self.token_sequence().to_tensor_dict(reward)
+        return self.token_sequence().to_tensor_dict(self._reward_value())
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """`to_tensor_dict` as numpy arrays (no torch needed)."""
+        return self.token_sequence().to_arrays(self._reward_value())
+
+    def _reward_value(self) -> float:
+        return 0.0 if self.reward is None else float(self.reward)
 
     def copy_for_export(
         self, *, reward: float, sequence: TokenSequence | None = None

@@ -209,7 +209,7 @@ def _encode(node: InteractionWithTokenLogpReward) -> dict[str, Any]:
         "output_len": response.output_len,
         "stop_reason": response.stop_reason.value,
         "logprob_convention": response.logprob_convention.value,
-        "tensors": encode_tensors(node.to_tensor_dict()),
+        "tensors": encode_tensors(node.to_arrays()),
     }
 
 
