@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 from collections import deque
 from collections.abc import AsyncGenerator, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -28,6 +27,7 @@ from rltap.engines._hf import (
     default_eos_ids,
 )
 from rltap.engines._sampling import RowSampler, StopCriteria, sample_rows
+from rltap.engines._slots import Emission, Slot, abort_chunk, merge_chunks
 from rltap.engines.base import EngineBase
 from rltap.errors import (
     Conflict,
@@ -37,69 +37,9 @@ from rltap.errors import (
     InvalidRequest,
     RltapError,
 )
-from rltap.types import LogprobConvention, ModelRequest, StopReason, TokenChunk
+from rltap.types import LogprobConvention, ModelRequest, TokenChunk
 
 __all__ = ["TransformersEngine"]
-
-
-class _Mailbox:
-    """What the decode loop has produced for one stream and the stream has not taken yet."""
-
-    def __init__(self) -> None:
-        self._items: deque[TokenChunk | BaseException] = deque()
-        self._ready = asyncio.Event()
-
-    def put(self, item: TokenChunk | BaseException) -> None:
-        self._items.append(item)
-        self._ready.set()
-
-    async def take_all(self) -> list[TokenChunk | BaseException]:
-        while not self._items:
-            self._ready.clear()
-            await self._ready.wait()
-        items = list(self._items)
-        self._items.clear()
-        return items
-
-
-@dataclass(eq=False, kw_only=True)
-class _Slot:
-    request: ModelRequest
-    sampler: RowSampler
-    stops: StopCriteria
-    mailbox: _Mailbox = field(default_factory=_Mailbox)
-    output_ids: list[int] = field(default_factory=list)
-    finished: bool = False  # no more tokens will be produced (set from either thread)
-    closed: bool = False  # the final chunk (or error) is in the mailbox
-
-    @property
-    def context_ids(self) -> list[int]:
-        return self.request.input_ids + self.output_ids
-
-
-@dataclass(slots=True)
-class _Emission:
-    slot: _Slot
-    token: int
-    logprob: float
-    version: int
-    stop_reason: StopReason | None
-
-
-def _merge(chunks: Sequence[TokenChunk]) -> TokenChunk:
-    if len(chunks) == 1:
-        return chunks[0]
-    merged = TokenChunk(token_ids=[], logprobs=[], versions=[])
-    for chunk in chunks:
-        merged.token_ids.extend(chunk.token_ids)
-        merged.logprobs.extend(chunk.logprobs)
-        merged.versions.extend(chunk.versions)
-        merged.stop_reason = chunk.stop_reason or merged.stop_reason
-    return merged
-
-
-def _abort_chunk() -> TokenChunk:
-    return TokenChunk(token_ids=[], logprobs=[], versions=[], stop_reason=StopReason.ABORT)
 
 
 class TransformersEngine(EngineBase):
@@ -155,9 +95,9 @@ class TransformersEngine(EngineBase):
         self._max_batch_size = max_batch_size
         self._max_context_override = max_context
         self._eos_override = None if eos_token_ids is None else list(eos_token_ids)
-        self._slots: dict[str, _Slot] = {}
-        self._pending: deque[_Slot] = deque()
-        self._batch: KVBatch[_Slot] = KVBatch(lambda: None, self._host.device)
+        self._slots: dict[str, Slot] = {}
+        self._pending: deque[Slot] = deque()
+        self._batch: KVBatch[Slot] = KVBatch(lambda: None, self._host.device)
         self._starting: asyncio.Task[None] | None = None
         self._loop_task: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
@@ -228,7 +168,7 @@ class TransformersEngine(EngineBase):
                 await task
         await self._host.close()  # waits for a step still running on the worker thread
         for slot in list(self._slots.values()):
-            self._finish(slot, _abort_chunk())
+            self._finish(slot, abort_chunk())
         self._pending.clear()
         self._batch.reset()
 
@@ -253,7 +193,7 @@ class TransformersEngine(EngineBase):
                 items = await slot.mailbox.take_all()
                 chunks = [item for item in items if isinstance(item, TokenChunk)]
                 if chunks:
-                    chunk = _merge(chunks)
+                    chunk = merge_chunks(chunks)
                     yield chunk
                     if chunk.stop_reason is not None:
                         return
@@ -263,7 +203,7 @@ class TransformersEngine(EngineBase):
         finally:
             self._release(slot)
 
-    def _new_slot(self, request: ModelRequest) -> _Slot:
+    def _new_slot(self, request: ModelRequest) -> Slot:
         if request.request_id in self._slots:
             msg = f"request {request.request_id} is already in flight"
             raise Conflict(msg)
@@ -286,15 +226,15 @@ class TransformersEngine(EngineBase):
             tokenizer=self._host.tokenizer,
         )
         sampler = RowSampler.for_request(request, self._host.device)
-        return _Slot(request=request, sampler=sampler, stops=stops)
+        return Slot(request=request, sampler=sampler, stops=stops)
 
     async def abort(self, request_id: str) -> None:
         """Stop a request in flight: its stream ends with `StopReason.ABORT`."""
         slot = self._slots.get(request_id)
         if slot is not None:
-            self._finish(slot, _abort_chunk())
+            self._finish(slot, abort_chunk())
 
-    def _finish(self, slot: _Slot, final: TokenChunk | BaseException | None) -> None:
+    def _finish(self, slot: Slot, final: TokenChunk | BaseException | None) -> None:
         """Mark `slot` done from the event loop; its row is dropped before the next step."""
         slot.finished = True
         if slot.closed:
@@ -305,7 +245,7 @@ class TransformersEngine(EngineBase):
         if final is not None:
             slot.mailbox.put(final)
 
-    def _release(self, slot: _Slot) -> None:
+    def _release(self, slot: Slot) -> None:
         self._finish(slot, None)  # the consumer is gone: nobody to tell
         if self._slots.get(slot.request.request_id) is slot:
             del self._slots[slot.request.request_id]
@@ -366,7 +306,7 @@ class TransformersEngine(EngineBase):
                     continue
             self._deliver(emissions)
 
-    def _fail_step(self, admitted: Sequence[_Slot], exc: Exception) -> None:
+    def _fail_step(self, admitted: Sequence[Slot], exc: Exception) -> None:
         error = exc if isinstance(exc, RltapError) else None
         if error is None:
             error = EngineError(f"decode step failed: {type(exc).__name__}: {exc}")
@@ -375,7 +315,7 @@ class TransformersEngine(EngineBase):
             self._finish(slot, error)
         self._batch.reset()
 
-    def _deliver(self, emissions: Sequence[_Emission]) -> None:
+    def _deliver(self, emissions: Sequence[Emission]) -> None:
         for e in emissions:
             if e.slot.closed:
                 continue  # aborted while the step ran: the token was never handed out
@@ -392,7 +332,7 @@ class TransformersEngine(EngineBase):
 
     # -- on the worker thread ----------------------------------------------------------------
 
-    def _iterate(self, admit: Sequence[_Slot]) -> list[_Emission]:
+    def _iterate(self, admit: Sequence[Slot]) -> list[Emission]:
         batch = self._batch
         batch.keep(lambda slot: not slot.finished)
         for slot in admit:
@@ -411,7 +351,7 @@ class TransformersEngine(EngineBase):
             reason = slot.stops.check(slot.output_ids)
             if reason is not None:
                 slot.finished = True
-            emissions.append(_Emission(slot, token, logprob, version, reason))
+            emissions.append(Emission(slot, token, logprob, version, reason))
         batch.keep(lambda slot: not slot.finished)
         return emissions
 

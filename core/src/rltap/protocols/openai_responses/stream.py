@@ -25,6 +25,9 @@ gets an (empty) message item.
 On error: an `error` event with the API's fields (`code`, `message`, `param`) plus an `error`
 object, which makes the official SDKs raise `APIError` instead of yielding an event consumers
 ignore; then, when `response.created` was sent, `response.failed` with the output so far.
+
+This module must be one piece, though over 400 lines: the encoder's state and the small event
+functions over it are one state machine, and either half alone would need the other's types.
 """
 
 from __future__ import annotations

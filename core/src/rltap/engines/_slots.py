@@ -1,0 +1,74 @@
+"""The embedded engine's bookkeeping for one request: its slot in the batch, what it emitted, and
+the mailbox the decode loop fills for its stream."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from rltap.engines._sampling import RowSampler, StopCriteria
+from rltap.types import ModelRequest, StopReason, TokenChunk
+
+__all__ = ["Emission", "Mailbox", "Slot", "abort_chunk", "merge_chunks"]
+
+
+class Mailbox:
+    """What the decode loop has produced for one stream and the stream has not taken yet."""
+
+    def __init__(self) -> None:
+        self._items: deque[TokenChunk | BaseException] = deque()
+        self._ready = asyncio.Event()
+
+    def put(self, item: TokenChunk | BaseException) -> None:
+        self._items.append(item)
+        self._ready.set()
+
+    async def take_all(self) -> list[TokenChunk | BaseException]:
+        while not self._items:
+            self._ready.clear()
+            await self._ready.wait()
+        items = list(self._items)
+        self._items.clear()
+        return items
+
+
+@dataclass(eq=False, kw_only=True)
+class Slot:
+    request: ModelRequest
+    sampler: RowSampler
+    stops: StopCriteria
+    mailbox: Mailbox = field(default_factory=Mailbox)
+    output_ids: list[int] = field(default_factory=list)
+    finished: bool = False  # no more tokens will be produced (set from either thread)
+    closed: bool = False  # the final chunk (or error) is in the mailbox
+
+    @property
+    def context_ids(self) -> list[int]:
+        return self.request.input_ids + self.output_ids
+
+
+@dataclass(slots=True)
+class Emission:
+    slot: Slot
+    token: int
+    logprob: float
+    version: int
+    stop_reason: StopReason | None
+
+
+def merge_chunks(chunks: Sequence[TokenChunk]) -> TokenChunk:
+    if len(chunks) == 1:
+        return chunks[0]
+    merged = TokenChunk(token_ids=[], logprobs=[], versions=[])
+    for chunk in chunks:
+        merged.token_ids.extend(chunk.token_ids)
+        merged.logprobs.extend(chunk.logprobs)
+        merged.versions.extend(chunk.versions)
+        merged.stop_reason = chunk.stop_reason or merged.stop_reason
+    return merged
+
+
+def abort_chunk() -> TokenChunk:
+    return TokenChunk(token_ids=[], logprobs=[], versions=[], stop_reason=StopReason.ABORT)
