@@ -81,7 +81,7 @@ def _load_tokenizer(source: TokenizerSource, fallback: ModelSource, required: bo
         return source
     path = source if source is not None else fallback
     if not isinstance(path, str | Path):
-        path = getattr(getattr(fallback, "config", None), "_name_or_path", None) or None
+        path = getattr(getattr(fallback, "config", None), "name_or_path", None) or None
     if path is None:
         if required:
             msg = "a tokenizer is required: pass tokenizer= (a folder or a loaded tokenizer)"
