@@ -45,8 +45,7 @@ async def one_conversation(renderer: ChatRenderer, engine: InstantEngine) -> lis
         messages.append({"role": "user", "content": f"{turn}: {QUESTION}"})
         raw = orjson.dumps({"model": "m", "messages": messages, "max_tokens": 16})
         started = time.thread_time()
-        # As the proxy's endpoint: the session's latest messages are known to be valid.
-        request = openai_chat.parse_request(orjson.loads(raw), session.recent_messages)
+        request = openai_chat.parse_request(orjson.loads(raw))
         generations = await session.generate(request)
         body = orjson.dumps(openai_chat.build_response(request, generations))
         costs.append(time.thread_time() - started)
