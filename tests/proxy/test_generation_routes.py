@@ -1,5 +1,5 @@
-"""The generation routes' own ASGI endpoint, through a real uvicorn server: what FastAPI's stack
-did for them (body limit, wrong methods, error envelopes, request metrics, OpenAPI), it does.
+"""The generation routes, through a real uvicorn server: served as plain routes of the app, they
+get what every route gets (body limit, wrong methods, error envelopes, request metrics, OpenAPI).
 
 The error matrix and the disconnect abort of streams are in test_errors.py and test_streaming.py.
 """
