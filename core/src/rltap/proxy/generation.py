@@ -33,13 +33,12 @@ from rltap.generation import Generation
 from rltap.json_body import parse_json
 from rltap.protocols import SPECS, ApiSpec
 from rltap.proxy.metrics import ProxyMetrics
+from rltap.proxy.middleware import STARTED
 from rltap.proxy.routing import proxy_state, session_of
 from rltap.proxy.state import SessionRecord
 
-__all__ = ["DOCUMENTED", "ENDPOINTS", "STARTED"]
+__all__ = ["DOCUMENTED", "ENDPOINTS"]
 
-# The ASGI scope key under which the metrics middleware keeps when a request arrived.
-STARTED = "rltap.started"
 _SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 _REPLIES: dict[int | str, dict[str, Any]] = {
     200: {

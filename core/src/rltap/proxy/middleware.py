@@ -8,11 +8,13 @@ from collections.abc import Iterable
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rltap.proxy.errors import error_response
-from rltap.proxy.generation import STARTED
 from rltap.proxy.metrics import ProxyMetrics
 from rltap.proxy.requests import body_over_limit, declared_over_limit
 
-__all__ = ["BodyLimitMiddleware", "MetricsMiddleware"]
+__all__ = ["STARTED", "BodyLimitMiddleware", "MetricsMiddleware"]
+
+# The ASGI scope key under which the metrics middleware keeps when a request arrived.
+STARTED = "rltap.started"
 
 
 class BodyLimitMiddleware:

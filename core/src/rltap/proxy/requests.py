@@ -8,21 +8,18 @@ from fastapi import Request
 
 from rltap.errors import PayloadTooLarge
 
-__all__ = ["api_key", "body_over_limit", "declared_over_limit", "request_key"]
+__all__ = ["body_over_limit", "declared_over_limit", "request_key"]
 
 
-def api_key(authorization: str | None, x_api_key: str | None) -> str | None:
+def request_key(request: Request) -> str | None:
     """The API key: `Authorization: Bearer <key>` (OpenAI) or `x-api-key` (Anthropic)."""
+    authorization = request.headers.get("authorization")
     if authorization:
         scheme, _, bearer = authorization.partition(" ")
         if scheme.lower() == "bearer" and bearer.strip():
             return bearer.strip()
+    x_api_key = request.headers.get("x-api-key")
     return x_api_key.strip() if x_api_key and x_api_key.strip() else None
-
-
-def request_key(request: Request) -> str | None:
-    """The API key of a request (see `api_key`)."""
-    return api_key(request.headers.get("authorization"), request.headers.get("x-api-key"))
 
 
 def body_over_limit(limit: int) -> PayloadTooLarge:

@@ -13,9 +13,6 @@ the event sequence.
 
 from __future__ import annotations
 
-from typing import Any
-
-from rltap.generation import CanonicalRequest
 from rltap.protocols.anthropic_messages.request import MessageCreateParams, to_canonical
 from rltap.protocols.anthropic_messages.response import ID_PREFIX, build_response, error_body
 from rltap.protocols.anthropic_messages.stream import StreamEncoder
@@ -45,6 +42,5 @@ SPEC = ApiSpec(
 )
 
 
-def parse_request(body: Any) -> CanonicalRequest:
-    """`SPEC.parse`: a Messages body as a `CanonicalRequest`, or `InvalidRequest`."""
-    return SPEC.parse(body)
+# `parse_request(body)`: a Messages body as a `CanonicalRequest`, or `InvalidRequest` (400).
+parse_request = SPEC.parse

@@ -12,9 +12,6 @@ See `request`, `response` and `stream` for the decisions the API leaves open.
 
 from __future__ import annotations
 
-from typing import Any
-
-from rltap.generation import CanonicalRequest
 from rltap.protocols.openai_chat.request import ChatCompletionRequest, to_canonical
 from rltap.protocols.openai_chat.response import ID_PREFIX, build_response, error_body
 from rltap.protocols.openai_chat.stream import StreamEncoder
@@ -44,6 +41,5 @@ SPEC = ApiSpec(
 )
 
 
-def parse_request(body: Any) -> CanonicalRequest:
-    """`SPEC.parse`: a Chat Completions body as a `CanonicalRequest`, or `InvalidRequest`."""
-    return SPEC.parse(body)
+# `parse_request(body)`: a Chat Completions body as a `CanonicalRequest`, or `InvalidRequest` (400).
+parse_request = SPEC.parse

@@ -13,9 +13,6 @@ Errors use OpenAI's envelope, the same as Chat Completions'. See `request`, `res
 
 from __future__ import annotations
 
-from typing import Any
-
-from rltap.generation import CanonicalRequest
 from rltap.protocols.openai_chat.response import error_body
 from rltap.protocols.openai_responses.request import ResponsesRequest, to_canonical
 from rltap.protocols.openai_responses.response import ID_PREFIX, build_response
@@ -46,6 +43,5 @@ SPEC = ApiSpec(
 )
 
 
-def parse_request(body: Any) -> CanonicalRequest:
-    """`SPEC.parse`: a Responses body as a `CanonicalRequest`, or `InvalidRequest`."""
-    return SPEC.parse(body)
+# `parse_request(body)`: a Responses body as a `CanonicalRequest`, or `InvalidRequest` (400).
+parse_request = SPEC.parse
