@@ -55,6 +55,10 @@ class CanonicalRequest:
     tools: list[dict[str, Any]] | None = None
     tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool = True
+    # The reply's required shape, canonical for every API: None (free text),
+    # {"type": "json_object"}, or {"type": "json_schema", "name": str, "schema": dict,
+    # "strict": bool}.
+    response_format: dict[str, Any] | None = None
     max_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = [
+    "Constraint",
     "InteractionStatus",
     "InteractionWithTokenLogpReward",
     "LogprobConvention",
@@ -59,6 +60,22 @@ class InteractionStatus(enum.StrEnum):
     ABORTED = "aborted"
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Constraint:
+    """What a reply must match, decoded under a grammar (structured outputs, forced tool calls).
+
+    `grammar` is a Lark grammar in llguidance's dialect (it may embed `%json{...}` schemas); it
+    holds the whole reply. `json_schema` is set when the whole reply is one JSON value of that
+    schema, for engines that take a schema natively (vLLM's `structured_outputs.json`).
+    `reason` names what asked for it ("response_format json_schema 'Weather'", "tool_choice
+    'required'"), for error messages and the export.
+    """
+
+    grammar: str
+    reason: str
+    json_schema: dict[str, Any] | None = None
+
+
 @dataclass(slots=True, kw_only=True)
 class ModelRequest:
     """Token ids in, sampling parameters for the engine.
@@ -80,6 +97,8 @@ class ModelRequest:
     # decides its reply from it.
     messages: list[dict[str, Any]] | None = None
     tools: list[dict[str, Any]] | None = None
+    # Tokens are sampled only where the grammar allows them (None: unconstrained).
+    constraint: Constraint | None = None
 
     def __post_init__(self) -> None:
         if not self.input_ids:
