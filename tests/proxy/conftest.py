@@ -36,6 +36,7 @@ async def make_proxy(
             limits: ProxyLimits | None = None,
             max_context: int = 2048,
             reasoning_parser: str | None = "qwen3",
+            session_options: Mapping[str, Any] | None = None,
             **engine_options: Any,
         ) -> RunningProxy:
             engine = ScriptedEngine(
@@ -49,6 +50,7 @@ async def make_proxy(
                     max_context=max_context,
                     default_max_tokens=256,
                     output_parser=build_output_parser("hermes", reasoning_parser),
+                    **(session_options or {}),
                 ),
                 max_body_bytes=1_000_000,
             )

@@ -79,6 +79,9 @@ async def proxy(tiny_model: Any, renderer: ChatRenderer) -> AsyncIterator[Runnin
             max_context=MAX_CONTEXT,
             default_max_tokens=256,
             output_parser=build_output_parser("hermes", "qwen3"),
+            # `--strict-max-tokens`: max_tokens beyond the context left is refused, not cut
+            # (the default, tests/proxy/test_max_tokens.py).
+            strict_max_tokens=True,
         ),
         max_body_bytes=MAX_BODY_BYTES,
     )
@@ -379,7 +382,7 @@ async def test_a_non_finite_reward_is_400(proxy: RunningProxy, path: str, body: 
         ),
     ],
 )
-async def test_prompt_plus_max_tokens_over_the_context_is_400(
+async def test_prompt_plus_max_tokens_over_the_context_is_400_when_strict(
     proxy: RunningProxy, path: str, body: dict[str, Any]
 ) -> None:
     session_id, key = await proxy.start_session()

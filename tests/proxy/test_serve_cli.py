@@ -80,3 +80,25 @@ def test_serve_prints_a_generated_key_and_answers(tiny_model_dir: Path) -> None:
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+@pytest.mark.parametrize(
+    ("flags", "strict", "drop"),
+    [
+        pytest.param([], False, False, id="defaults"),
+        pytest.param(["--strict-max-tokens"], True, False, id="strict-max-tokens"),
+        pytest.param(["--drop-unsupported-content"], False, True, id="drop-unsupported"),
+    ],
+)
+def test_serve_flags_reach_the_session_config(
+    tiny_model_dir: Path, flags: list[str], strict: bool, drop: bool
+) -> None:
+    from rltap.cli import build_parser
+    from rltap.proxy import serve_config
+
+    args = build_parser().parse_args(
+        ["serve", "--engine", "scripted", "--script", "rltap.testing.scripts:echo",
+         "--model", str(tiny_model_dir), *flags]
+    )  # fmt: skip
+    session = serve_config(args, "k" * 32).config.session
+    assert (session.strict_max_tokens, session.drop_unsupported_content) == (strict, drop)

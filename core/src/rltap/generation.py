@@ -85,6 +85,8 @@ class Generation:
     parsed: ParsedOutput
     finish_reason: FinishReason
     output_message: dict[str, Any]
+    # The request's stop string that ended the reply (finish_reason "stop"), if one did.
+    stop_sequence: str | None = None
     # Decoded text of each output token, for the logprobs fields of the wire formats.
     token_texts: list[str] = field(default_factory=list)
     created: float = 0.0

@@ -24,6 +24,7 @@ from rltap.cache import InteractionCache
 from rltap.canonical import tools_context
 from rltap.chat.parsed import Delta, ParsedOutput, fold_deltas
 from rltap.chat.renderer import ChatRenderer
+from rltap.chat.stop_strings import matched_stop_string
 from rltap.chat.streaming import OutputParser
 from rltap.engines.base import InferenceEngine
 from rltap.errors import ContextLengthExceeded, EngineError, NotFound
@@ -66,6 +67,12 @@ class SessionConfig:
     default_max_tokens: int = 4096
     default_temperature: float = 1.0
     output_parser: OutputParser = field(default_factory=OutputParser)
+    # A max_tokens beyond the context left is cut to what is left (the reply may end `length`);
+    # strict: refused with a 400, as vLLM does.
+    strict_max_tokens: bool = False
+    # Content parts the model cannot take (images, audio, files) are a 400 naming them, or,
+    # with this, dropped from the prompt.
+    drop_unsupported_content: bool = False
 
 
 class Session:
@@ -155,8 +162,10 @@ class Session:
         limit = self.config.max_context - len(ids)
         if request.max_tokens is None:
             max_new = min(self.config.default_max_tokens, limit)
-        else:
+        elif self.config.strict_max_tokens:
             max_new = request.max_tokens
+        else:
+            max_new = min(request.max_tokens, limit)
         if max_new < 1 or max_new > limit:
             msg = (
                 f"this model's maximum context length is {self.config.max_context} tokens; the "
@@ -331,6 +340,10 @@ class Session:
             finish_reason = "length"
         message = output_message(parsed)
         self.cache.complete(interaction_id, response, [message])
+        ids = response.output_tokens
+        stop_sequence = None
+        if response.stop_reason is StopReason.STOP and ids and ids[-1] not in self._stop_ids:
+            stop_sequence = matched_stop_string(self.renderer.decode, ids, request.stop)
         return Generation(
             index=index,
             interaction_id=interaction_id,
@@ -338,6 +351,7 @@ class Session:
             parsed=parsed,
             finish_reason=finish_reason,
             output_message=message,
+            stop_sequence=stop_sequence,
             token_texts=self._token_texts(response.output_tokens) if request.logprobs else [],
             created=created,
         )

@@ -59,6 +59,7 @@ def make_generation(
     calls: Sequence[tuple[str, str]] = (),
     finish: FinishReason = "stop",
     token_texts: Sequence[str] = (),
+    stop_sequence: str | None = None,
     interaction_id: str = f"{ID_PREFIX}0001",
 ) -> Generation:
     """A generation as the session builds it: parsed output and the canonical output message."""
@@ -84,6 +85,7 @@ def make_generation(
         finish_reason=finish,
         output_message=assistant_message(content, reasoning, tool_calls),
         token_texts=list(token_texts),
+        stop_sequence=stop_sequence,
         created=1_700_000_000.0,
     )
 
@@ -174,9 +176,7 @@ GENERATIONS = [
         make_generation(content="Once upon a", finish="length"), "max_tokens", id="length"
     ),
     pytest.param(
-        make_generation(
-            content="1, 2, 3 STOP", token_texts=["1", ",", " 2", ",", " 3", " ST", "OP"]
-        ),
+        make_generation(content="1, 2, 3 STOP", stop_sequence="STOP"),
         "stop_sequence",
         id="stop-sequence",
     ),

@@ -22,7 +22,7 @@ from rltap.errors import (
     RltapError,
     SessionGone,
 )
-from rltap.generation import Generation
+from rltap.generation import FinishReason, Generation
 from rltap.protocols.anthropic_messages import build_response, error_body, parse_request
 
 from .support import GENERATIONS, USER, body, make_generation, request_for, sdk_client
@@ -72,23 +72,21 @@ async def test_sdk_create_reads_body() -> None:
 
 
 @pytest.mark.parametrize(
-    ("token_texts", "stop", "expected"),
+    ("finish", "stop_sequence", "expected"),
     [
-        pytest.param(["Done", ".", " END"], ["END"], ("stop_sequence", "END"), id="last-token"),
-        pytest.param(["Done", " E", "ND."], ["END"], ("stop_sequence", "END"), id="across-tokens"),
-        pytest.param(["END", " and", " more"], ["END"], ("end_turn", None), id="earlier-only"),
-        pytest.param(["Done", ""], ["END"], ("end_turn", None), id="eos-token"),
-        pytest.param(["Done"], [], ("end_turn", None), id="no-stop-list"),
-        pytest.param([], ["END"], ("end_turn", None), id="no-token-texts"),
+        pytest.param("stop", "END", ("stop_sequence", "END"), id="stop-string"),
+        pytest.param("stop", None, ("end_turn", None), id="stop-token"),
+        pytest.param("length", None, ("max_tokens", None), id="length"),
     ],
 )
-def test_stop_sequence_detection(
-    token_texts: list[str], stop: list[str], expected: tuple[str, str | None]
+def test_stop_reason_reports_the_matched_stop_string(
+    finish: FinishReason, stop_sequence: str | None, expected: tuple[str, str | None]
 ) -> None:
-    generation = make_generation(content="".join(token_texts), token_texts=token_texts)
-    request = parse_request(body(stop_sequences=stop))
-    raw = build_response(request, [generation])
+    # The session finds the string (rltap.chat.stop_strings); the body reports it as it is.
+    generation = make_generation(content="Done END", finish=finish, stop_sequence=stop_sequence)
+    raw = build_response(parse_request(body(stop_sequences=["END", "DONE"])), [generation])
     assert (raw["stop_reason"], raw["stop_sequence"]) == expected
+    Message.model_validate(raw)
 
 
 def test_abort_has_no_stop_reason() -> None:

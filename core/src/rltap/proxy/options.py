@@ -39,6 +39,16 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     chat.add_argument(
         "--default-max-tokens", type=int, default=4096, help="when a request sets none"
     )
+    chat.add_argument(
+        "--strict-max-tokens",
+        action="store_true",
+        help="refuse (400) a max_tokens beyond the context left instead of cutting it to fit",
+    )
+    chat.add_argument(
+        "--drop-unsupported-content",
+        action="store_true",
+        help="drop image, audio and file parts the model cannot read instead of refusing (400)",
+    )
     limits = parser.add_argument_group("sessions")
     limits.add_argument("--capacity", type=int, default=1024, help="sessions at once")
     limits.add_argument("--session-ttl", type=float, default=1800.0, help="idle seconds")

@@ -153,6 +153,8 @@ def serve_config(args: argparse.Namespace, admin_key: str) -> ServeSetup:
         max_context=_max_context(args, engine),
         default_max_tokens=args.default_max_tokens,
         output_parser=parser,
+        strict_max_tokens=args.strict_max_tokens,
+        drop_unsupported_content=args.drop_unsupported_content,
     )
     limits = ProxyLimits(
         capacity=args.capacity, session_ttl=args.session_ttl, export_grace=args.export_grace

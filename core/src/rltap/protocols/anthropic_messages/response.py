@@ -8,16 +8,17 @@ Decisions where the API leaves room:
   and it names the recorded interaction. Signatures sent back by clients are ignored.
 - A `tool_use` block's id is the tool call's id with `call_` replaced by `toolu_`; canonical
   messages ignore tool-call ids, so the client's history still matches the recorded reply.
-- `stop_reason`: tool_calls -> `tool_use`, length -> `max_tokens`, stop -> `stop_sequence` when
-  one of the request's `stop_sequences` ends inside the reply's last token (engines keep the
-  matched stop string in the output tokens, so the reply text keeps it too), else `end_turn`;
-  abort -> None, since Anthropic has no reason for a generation rltap cancelled.
+- `stop_reason`: tool_calls -> `tool_use`, length -> `max_tokens`, stop -> `stop_sequence` (with
+  the matched string) when one of the request's `stop_sequences` ended the reply (the session
+  finds it, `rltap.chat.stop_strings`; engines keep the matched string in the output tokens, so
+  the reply text keeps it too), else `end_turn`; abort -> None, since Anthropic has no reason for
+  a generation rltap cancelled.
 - Messages has exactly one choice: `build_response` reads the first generation only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -66,7 +67,7 @@ def build_response(request: CanonicalRequest, generations: list[Generation]) -> 
         msg = "build_response needs one generation"
         raise ValueError(msg)
     generation = generations[0]
-    reason, sequence = stop_reason(generation, request.stop)
+    reason, sequence = stop_reason(generation)
     return {
         "id": generation.interaction_id,
         "type": "message",
@@ -132,7 +133,7 @@ def tool_use_input(arguments: str | Mapping[str, Any]) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def stop_reason(generation: Generation, stop: Sequence[str]) -> tuple[str | None, str | None]:
+def stop_reason(generation: Generation) -> tuple[str | None, str | None]:
     """`(stop_reason, stop_sequence)` of a finished generation (see the module docstring)."""
     match generation.finish_reason:
         case "tool_calls":
@@ -141,31 +142,9 @@ def stop_reason(generation: Generation, stop: Sequence[str]) -> tuple[str | None
             return "max_tokens", None
         case "abort":
             return None, None
-    sequence = _matched_stop_sequence(generation.token_texts, stop)
-    return ("stop_sequence", sequence) if sequence is not None else ("end_turn", None)
-
-
-def _matched_stop_sequence(token_texts: Sequence[str], stop: Sequence[str]) -> str | None:
-    stop = [s for s in stop if s]
-    if not token_texts or not stop:
-        return None
-    last = len(token_texts[-1])
-    # Only the tail can hold a stop string that the last token completed.
-    need = last + max(len(s) for s in stop)
-    pieces: list[str] = []
-    size = 0
-    for piece in reversed(token_texts):
-        pieces.append(piece)
-        size += len(piece)
-        if size >= need:
-            break
-    tail = "".join(reversed(pieces))
-    boundary = len(tail) - last
-    for sequence in stop:
-        position = tail.rfind(sequence)
-        if position >= 0 and position + len(sequence) > boundary:
-            return sequence
-    return None
+    if generation.stop_sequence is not None:
+        return "stop_sequence", generation.stop_sequence
+    return "end_turn", None
 
 
 def anthropic_error_type(exc: RltapError) -> str:

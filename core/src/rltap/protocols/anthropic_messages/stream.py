@@ -202,7 +202,7 @@ def close_block_events(state: StreamEncoder) -> list[SSEEvent]:
 def message_delta_events(state: StreamEncoder, generation: Generation) -> list[SSEEvent]:
     """The reply finished: close its last block, then `message_delta` with the stop reason."""
     events = close_block_events(state)
-    reason, sequence = stop_reason(generation, state.request.stop)
+    reason, sequence = stop_reason(generation)
     delta = {
         "type": "message_delta",
         "delta": {"stop_reason": reason, "stop_sequence": sequence},
