@@ -1,5 +1,5 @@
-"""Fixtures shared by every test folder: the offline Qwen tokenizer, the tiny Qwen2 model, and the
-concat renderer of the tiny model's tokenizer.
+"""Fixtures shared by every test folder: the offline Qwen tokenizer, the tiny Qwen2 model, the
+concat renderer of the tiny model's tokenizer, and Qwen3's own chat template.
 
 The tokenizer and the model are built once into `$RLTAP_TEST_CACHE` (default
 `~/.cache/rltap-test`) under a folder named by the builders' fingerprint, and reused by later runs;
@@ -53,3 +53,10 @@ def tiny_model(tiny_model_dir: Path) -> Any:
 def renderer(tiny_model_dir: Path) -> ChatRenderer:
     """The concat renderer of the tiny model's folder (its generation_config's eos ids stop too)."""
     return ChatRenderer.from_pretrained(tiny_model_dir, mode="concat")
+
+
+@pytest.fixture(scope="session")
+def qwen3_chat_template() -> str:
+    """Qwen3's published chat template, verbatim (tests/chat/data/README.md names its source)."""
+    path = Path(__file__).parent / "chat" / "data" / "qwen3_chat_template.jinja"
+    return path.read_text(encoding="utf-8").removesuffix("\n")

@@ -27,7 +27,8 @@ ProxyFactory = Callable[..., Any]
 async def make_proxy(
     tiny_model: Any, tiny_model_dir: Path, renderer: ChatRenderer
 ) -> AsyncIterator[ProxyFactory]:
-    """Start proxies with a given script, engine options and limits; all stop at teardown."""
+    """Start proxies with a given script, engine options, limits and renderer (default: the tiny
+    model's); all stop at teardown."""
     async with contextlib.AsyncExitStack() as stack:
 
         async def start(
@@ -37,6 +38,7 @@ async def make_proxy(
             max_context: int = 2048,
             reasoning_parser: str | None = "qwen3",
             session_options: Mapping[str, Any] | None = None,
+            chat_renderer: ChatRenderer | None = None,
             **engine_options: Any,
         ) -> RunningProxy:
             engine = ScriptedEngine(
@@ -55,7 +57,7 @@ async def make_proxy(
                 max_body_bytes=1_000_000,
             )
             running: RunningProxy = await stack.enter_async_context(
-                start_test_proxy(engine, renderer, config)
+                start_test_proxy(engine, chat_renderer or renderer, config)
             )
             return running
 

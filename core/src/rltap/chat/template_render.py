@@ -4,10 +4,17 @@
 and looks the compiled template up again on each call. Messages reaching the renderer are plain
 JSON data already, so this does only what changes the output: drop keys whose value is None,
 alias the reasoning fields (`reasoning_content`, `thinking`, `reasoning`) as transformers does,
-and render a template compiled once in the Jinja environment transformers documents for chat
-templates: an immutable sandbox with `trim_blocks` and `lstrip_blocks`, loop controls, the
-`{% generation %}` block, `raise_exception`, `strftime_now` and a `tojson` that keeps non-ASCII
-text. A test checks the output equals `apply_chat_template`'s.
+give every message a `content` ("" where it is null or missing), and render a template compiled
+once in the Jinja environment transformers documents for chat templates: an immutable sandbox
+with `trim_blocks` and `lstrip_blocks`, loop controls, the `{% generation %}` block,
+`raise_exception`, `strftime_now` and a `tojson` that keeps non-ASCII text. A test checks the
+output equals `apply_chat_template`'s.
+
+The one difference is on purpose: a tool-call reply comes back with `content: null`, which
+`apply_chat_template` drops, and templates that use the content as text (Qwen3's tests
+`'</think>' in message.content`) fail on the echoed reply. OpenAI's null and "" mean the same (the
+canonical comparison treats them alike), so templates see "", as vLLM gives them; those that test
+`if message.content` or `is string` render the same either way.
 """
 
 from __future__ import annotations
@@ -73,6 +80,7 @@ def compile_chat_template(source: str) -> Any:
 
 def _prepare(message: Mapping[str, Any]) -> dict[str, Any]:
     prepared = {key: value for key, value in message.items() if value is not None}
+    prepared.setdefault("content", "")
     for field in REASONING_FIELDS:
         reasoning = prepared.get(field)
         if reasoning is not None:
