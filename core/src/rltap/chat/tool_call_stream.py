@@ -23,6 +23,7 @@ import json
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
+from rltap.chat.lark_syntax import TokenSyntax, literal, text_without
 from rltap.chat.parsed import (
     ContentDelta,
     Delta,
@@ -260,6 +261,29 @@ class ToolParser(ABC):
     @abstractmethod
     def stream(self, *, new_id: IdFactory | None = None) -> ToolCallStream:
         """A fresh incremental parser for one reply."""
+
+    # The grammar of this format's calls (`rltap.chat.constraints` builds a request's grammar of
+    # them): written as the model writes them, with no free whitespace.
+    call_separator: ClassVar[str] = ""
+    # Whether a call may follow text in the same reply (False: calls are the whole content).
+    text_before_calls: ClassVar[bool] = True
+
+    def call_grammar(self, name: str, arguments: str, tokens: TokenSyntax) -> str | None:
+        """Lark for one call of the tool `name` whose arguments match the rule `arguments`; None
+        for a format without a grammar (a forced tool choice is then refused)."""
+        return None
+
+    def calls_grammar(self, call: str, *, parallel: bool, tokens: TokenSyntax) -> str:
+        """Lark for the calls of one reply: one `call` (a rule), or one or more if `parallel`."""
+        if not parallel:
+            return call
+        if not self.call_separator:
+            return f"{call}+"
+        return f"{call} ({literal(self.call_separator)} {call})*"
+
+    def no_call_text(self, tokens: TokenSyntax) -> str:
+        """A Lark terminal for text that holds no call: no opening tag occurs in it."""
+        return text_without(self.opening_tags)
 
     def parse(self, text: str, *, new_id: IdFactory | None = None) -> ParsedOutput:
         """Parse a whole reply (no reasoning handling): stripped content and the tool calls."""

@@ -15,6 +15,9 @@ The machinery they share is in `rltap.chat.tool_call_stream`.
 
 from __future__ import annotations
 
+import json
+
+from rltap.chat.lark_syntax import TokenSyntax, literal, text_without
 from rltap.chat.parsed import IdFactory
 from rltap.chat.registry import Registry
 from rltap.chat.tool_call_stream import (
@@ -46,6 +49,13 @@ def get_tool_parser(name: str) -> ToolParser:
 
 _HERMES_OPEN = "<tool_call>"
 _HERMES_CLOSE = "</tool_call>"
+
+
+def _json_call(name: str, key: str, arguments: str) -> str:
+    """Lark for `{"name": "<name>", "<key>": <arguments>}`, spaced as chat templates write it
+    (json.dumps' separators); `arguments` is the rule of the arguments object."""
+    head = f'{{"name": {json.dumps(name, ensure_ascii=False)}, "{key}": '
+    return f'{literal(head)} {arguments} "}}"'
 
 
 class _HermesStream(ToolCallStream):
@@ -93,6 +103,12 @@ class HermesToolParser(ToolParser):
 
     name = "hermes"
     opening_tags = (_HERMES_OPEN,)
+    call_separator = "\n"  # one block per line, as Qwen's template writes parallel calls
+
+    def call_grammar(self, name: str, arguments: str, tokens: TokenSyntax) -> str:
+        """`<tool_call>\\n{"name": ..., "arguments": ...}\\n</tool_call>`."""
+        call = _json_call(name, "arguments", arguments)
+        return f'{tokens.tag(_HERMES_OPEN)} "\\n" {call} "\\n" {tokens.tag(_HERMES_CLOSE)}'
 
     def stream(self, *, new_id: IdFactory | None = None) -> ToolCallStream:
         """A fresh incremental parser for one reply."""
@@ -162,6 +178,16 @@ class Llama3JsonToolParser(ToolParser):
     the content or after `<|python_tag|>`."""
 
     name = "llama3"
+    call_separator = "; "
+    text_before_calls = False  # a call without the tag is JSON at the start of the content
+
+    def call_grammar(self, name: str, arguments: str, tokens: TokenSyntax) -> str:
+        """`{"name": ..., "parameters": ...}`, the form Llama 3.x writes without a tag."""
+        return _json_call(name, "parameters", arguments)
+
+    def no_call_text(self, tokens: TokenSyntax) -> str:
+        """Text that does not start with `{` (after blanks) and holds no `<|python_tag|>`."""
+        return text_without((_PYTHON_TAG,), within=r"/\s*([^{\s](.|\n)*)?/")
 
     def stream(self, *, new_id: IdFactory | None = None) -> ToolCallStream:
         """A fresh incremental parser for one reply."""
@@ -252,6 +278,21 @@ class MistralToolParser(ToolParser):
 
     name = "mistral"
     opening_tags = (_MISTRAL_TAG,)
+
+    def call_grammar(self, name: str, arguments: str, tokens: TokenSyntax) -> str:
+        """`[TOOL_CALLS]name[ARGS]{...}` where the tokenizer has `[ARGS]` (newer ones), else one
+        `{"name": ..., "arguments": ...}` item of the v0.3 array."""
+        if tokens.has_token(_MISTRAL_ARGS):
+            tag, args_tag = tokens.tag(_MISTRAL_TAG), tokens.tag(_MISTRAL_ARGS)
+            return f"{tag} {literal(name)} {args_tag} {arguments}"
+        return _json_call(name, "arguments", arguments)
+
+    def calls_grammar(self, call: str, *, parallel: bool, tokens: TokenSyntax) -> str:
+        """Name-form calls one after another, or `[TOOL_CALLS][item, item, ...]`."""
+        if tokens.has_token(_MISTRAL_ARGS):
+            return f"{call}+" if parallel else call
+        items = f'{call} (", " {call})*' if parallel else call
+        return f'{tokens.tag(_MISTRAL_TAG)} "[" {items} "]"'
 
     def stream(self, *, new_id: IdFactory | None = None) -> ToolCallStream:
         """A fresh incremental parser for one reply."""
