@@ -72,6 +72,12 @@ class CanonicalRequest:
     top_logprobs: int | None = None
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     previous_response_id: str | None = None
+    # Responses `instructions`: a system message before the conversation, for this call only
+    # (a call that continues it by `previous_response_id` does not carry it over, as OpenAI).
+    instructions: str | None = None
+    # Settings the reply object repeats back as sent (Responses `reasoning`, `text`), by their
+    # wire names; read by the protocol's response builder only.
+    echo: dict[str, Any] = field(default_factory=dict)
     metadata: dict[str, Any] = field(default_factory=dict)
 
 

@@ -117,13 +117,17 @@ class Session:
         return self._merge(request, messages)
 
     def _resolve_history(self, request: CanonicalRequest) -> list[dict[str, Any]]:
+        """The call's whole prompt: its instructions, the conversation of the response it
+        continues (without that response's own instructions), its messages."""
+        own = [{"role": "system", "content": request.instructions}] if request.instructions else []
         if request.previous_response_id is None:
-            return request.messages
+            return [*own, *request.messages] if own else request.messages
         previous = self.cache.get(request.previous_response_id)
         if previous is None or not previous.is_complete:
             msg = f"previous response {request.previous_response_id!r} not found in this session"
             raise NotFound(msg, param="previous_response_id")
-        return [*previous.messages, *(previous.output_message_list or []), *request.messages]
+        carried = previous.messages[previous.instruction_messages :]
+        return [*own, *carried, *(previous.output_message_list or []), *request.messages]
 
     async def _merge(
         self, request: CanonicalRequest, messages: list[dict[str, Any]]
@@ -194,6 +198,7 @@ class Session:
         tools = request.tools if request.tool_choice != "none" else None
         interaction = InteractionWithTokenLogpReward(
             messages=messages,
+            instruction_messages=1 if request.instructions else 0,
             tools=tools,
             interaction_id=new_interaction_id(request.api),
             chat_template_type=self.renderer.mode.value,

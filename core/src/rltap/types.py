@@ -236,6 +236,9 @@ class InteractionWithTokenLogpReward:
     reward: float | None = None
     parent: InteractionWithTokenLogpReward | None = None
     messages: list[dict[str, Any]] = field(default_factory=list)
+    # How many leading `messages` are the call's own instructions (Responses `instructions`),
+    # which a call continuing it by `previous_response_id` does not carry over.
+    instruction_messages: int = 0
     output_message_list: list[dict[str, Any]] | None = None
     tools: list[dict[str, Any]] | None = None
     completion: Any = None  # openai.types.chat.ChatCompletion for /v1/chat/completions

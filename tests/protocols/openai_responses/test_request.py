@@ -62,11 +62,6 @@ REASONING = {
     [
         pytest.param({"input": "hi"}, [{"role": "user", "content": "hi"}], id="string-input"),
         pytest.param(
-            {"input": "hi", "instructions": "Be brief."},
-            [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}],
-            id="instructions",
-        ),
-        pytest.param(
             {"input": [{"role": "developer", "content": "d"}, {"role": "system", "content": "s"}]},
             [{"role": "system", "content": "d"}, {"role": "system", "content": "s"}],
             id="developer-and-system",
@@ -313,6 +308,44 @@ def test_tool_choice(choice: Any, expected: Any) -> None:
     assert proto.parse_request(body).tool_choice == expected
 
 
+def test_instructions_are_the_requests_own_not_a_message() -> None:
+    # The session puts them first; a call continuing this one must not carry them over.
+    request = proto.parse_request({"input": "hi", "instructions": "Be brief."})
+    assert request.instructions == "Be brief."
+    assert request.messages == [{"role": "user", "content": "hi"}]
+    assert proto.parse_request({"instructions": "Only this."}).messages == []
+
+
+@pytest.mark.parametrize(
+    ("extra", "echo"),
+    [
+        pytest.param(
+            {},
+            {
+                "reasoning": {"effort": None, "summary": None},
+                "text": {"format": {"type": "text"}},
+            },
+            id="defaults",
+        ),
+        pytest.param(
+            {
+                "reasoning": {"effort": "low", "summary": "auto"},
+                "text": {"format": {"type": "text"}, "verbosity": "low"},
+            },
+            {
+                "reasoning": {"effort": "low", "summary": "auto"},
+                "text": {"format": {"type": "text"}, "verbosity": "low"},
+            },
+            id="as-sent",
+        ),
+    ],
+)
+def test_reasoning_and_text_are_kept_as_sent_for_the_reply(
+    extra: dict[str, Any], echo: dict[str, Any]
+) -> None:
+    assert proto.parse_request({"input": "hi", **extra}).echo == echo
+
+
 def test_previous_response_id_without_input() -> None:
     request = proto.parse_request({"model": "m", "previous_response_id": "resp_1"})
     assert request.messages == []
@@ -377,6 +410,12 @@ def test_previous_response_id_without_input() -> None:
         ),
         pytest.param({"input": "x", "conversation": "conv_1"}, "conversation", id="conversation"),
         pytest.param({"input": "x", "background": True}, "background", id="background"),
+        pytest.param(
+            {"input": "x", "reasoning": {"effort": "enormous"}}, "reasoning.effort", id="effort"
+        ),
+        pytest.param(
+            {"input": "x", "reasoning": {"summary": "long"}}, "reasoning.summary", id="summary"
+        ),
     ],
 )
 def test_invalid_bodies(body: dict[str, Any], param: str) -> None:

@@ -76,6 +76,61 @@ def test_echoed_request_fields() -> None:
     assert response.tools[0].name == "get_weather"  # type: ignore[union-attr]
 
 
+def test_instructions_reasoning_and_text_are_echoed_as_sent() -> None:
+    request = request_for(
+        instructions="Be brief.",
+        reasoning={"effort": "low", "summary": "concise"},
+        text={"format": {"type": "text"}, "verbosity": "low"},
+        parallel_tool_calls=False,
+        top_p=0.5,
+    )
+    response = Response.model_validate(proto.build_response(request, [make_generation()]))
+    assert response.instructions == "Be brief."
+    assert response.reasoning is not None
+    assert (response.reasoning.effort, response.reasoning.summary) == ("low", "concise")
+    assert response.text is not None
+    assert response.text.model_dump(exclude_none=True) == {
+        "format": {"type": "text"},
+        "verbosity": "low",
+    }
+    assert (response.parallel_tool_calls, response.top_p) == (False, 0.5)
+
+
+def test_unset_settings_echo_openais_defaults() -> None:
+    body = proto.build_response(request_for(), [make_generation()])
+    assert body["instructions"] is None
+    assert body["reasoning"] == {"effort": None, "summary": None}
+    assert body["text"] == {"format": {"type": "text"}}
+    assert body["tool_choice"] == "auto"
+
+
+@pytest.mark.parametrize(
+    ("reasoning", "summary"),
+    [
+        pytest.param(None, [], id="not-asked"),
+        pytest.param({"effort": "high"}, [], id="effort-only"),
+        pytest.param(
+            {"summary": "auto"}, [{"type": "summary_text", "text": "Two cities."}], id="auto"
+        ),
+        pytest.param(
+            {"summary": "detailed"},
+            [{"type": "summary_text", "text": "Two cities."}],
+            id="detailed",
+        ),
+    ],
+)
+def test_reasoning_summary_is_the_reasoning_when_asked_for(
+    reasoning: dict[str, Any] | None, summary: list[dict[str, Any]]
+) -> None:
+    request = request_for(**({"reasoning": reasoning} if reasoning else {}))
+    generation = make_generation(**CASES["text-reasoning-two-calls"])
+    body = proto.build_response(request, [generation])
+    (item,) = [item for item in body["output"] if item["type"] == "reasoning"]
+    assert item["summary"] == summary
+    assert item["content"] == [{"type": "reasoning_text", "text": "Two cities."}]
+    Response.model_validate(body)
+
+
 def test_logprobs_on_request() -> None:
     request = request_for(include=["message.output_text.logprobs"])
     body = proto.build_response(request, [make_generation(content="Hi", n_out=2)])

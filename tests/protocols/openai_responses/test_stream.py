@@ -106,10 +106,38 @@ def test_event_sequence_reasoning() -> None:
     assert done["item"]["content"] == [{"type": "reasoning_text", "text": "Hmm."}]
 
 
+def test_event_sequence_reasoning_with_summary() -> None:
+    generation = make_generation(reasoning="Hmm.", content="Hi.")
+    sses = encode_all(request_for(reasoning={"summary": "auto"}), stream_events(generation))
+    events = check_events(sses)
+    assert [s.event for s in sses][2:14] == [
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.reasoning_summary_part.added",
+        "response.reasoning_text.delta",
+        "response.reasoning_summary_text.delta",
+        "response.reasoning_text.delta",
+        "response.reasoning_summary_text.delta",
+        "response.reasoning_text.done",
+        "response.reasoning_summary_text.done",
+        "response.reasoning_summary_part.done",
+        "response.content_part.done",
+        "response.output_item.done",
+    ]
+    summary_deltas = [e.delta for e in events if e.type == "response.reasoning_summary_text.delta"]
+    assert "".join(summary_deltas) == "Hmm."
+    assert {e.summary_index for e in events if "summary" in e.type} == {0}
+    assert events[10].text == "Hmm."
+    assert events[13].item.summary[0].model_dump() == {"type": "summary_text", "text": "Hmm."}
+
+
+@pytest.mark.parametrize("summary", [pytest.param(None, id="no-summary"), "auto"])
 @pytest.mark.parametrize("kwargs", CASE_PARAMS)
-def test_stream_final_response_matches_body(kwargs: dict[str, Any]) -> None:
+def test_stream_final_response_matches_body(kwargs: dict[str, Any], summary: str | None) -> None:
     generation = make_generation(**kwargs)
-    request = request_for(stream=True, include=["message.output_text.logprobs"])
+    request = request_for(
+        stream=True, include=["message.output_text.logprobs"], reasoning={"summary": summary}
+    )
     sses = encode_all(request, stream_events(generation))
     events = check_events(sses)
     final = events[-1]
@@ -129,10 +157,13 @@ def test_stream_without_deltas_replays_the_reply() -> None:
     assert sses[-1].data["response"] == proto.build_response(request, [generation])  # type: ignore[index]
 
 
+@pytest.mark.parametrize("summary", [pytest.param(None, id="no-summary"), "detailed"])
 @pytest.mark.parametrize("kwargs", CASE_PARAMS)
-async def test_sdk_stream_accumulator_reconstructs_the_response(kwargs: dict[str, Any]) -> None:
+async def test_sdk_stream_accumulator_reconstructs_the_response(
+    kwargs: dict[str, Any], summary: str | None
+) -> None:
     generation = make_generation(**kwargs)
-    request = request_for(stream=True)
+    request = request_for(stream=True, reasoning={"summary": summary})
     sses = encode_all(request, stream_events(generation))
     client = sdk_client(sse_handler(sses))
     async with client.responses.stream(model="qwen", input="Weather in Paris?") as stream:

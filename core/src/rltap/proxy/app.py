@@ -20,7 +20,7 @@ from fastapi.routing import APIRoute
 
 from rltap.chat.renderer import ChatRenderer
 from rltap.engines.base import InferenceEngine
-from rltap.proxy import control, generation
+from rltap.proxy import control, conversations, generation
 from rltap.proxy.errors import install_error_handlers
 from rltap.proxy.metrics import ProxyMetrics
 from rltap.proxy.middleware import BodyLimitMiddleware, MetricsMiddleware
@@ -60,9 +60,10 @@ def create_app(engine: InferenceEngine, renderer: ChatRenderer, config: ProxyCon
     app.state.rltap = state
     for path, endpoint in generation.ENDPOINTS:
         app.add_route(path, endpoint, methods=["POST"], include_in_schema=False)
-    for router in control.ROUTERS:
+    routers = (*control.ROUTERS, conversations.ROUTER)
+    for router in routers:
         app.include_router(router)
-    documented = [*generation.DOCUMENTED, *(r for router in control.ROUTERS for r in router.routes)]
+    documented = [*generation.DOCUMENTED, *(r for router in routers for r in router.routes)]
     routes = [route.path for route in documented if isinstance(route, APIRoute)]
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=config.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=state.metrics, routes=routes)

@@ -32,6 +32,7 @@ from rltap import exchange
 from rltap.generation import Generation
 from rltap.json_body import parse_json
 from rltap.protocols import SPECS, ApiSpec
+from rltap.proxy.conversations import with_conversation
 from rltap.proxy.metrics import ProxyMetrics
 from rltap.proxy.middleware import STARTED
 from rltap.proxy.routing import proxy_state, session_of
@@ -61,12 +62,14 @@ async def generate(
     """Answer one generation request of `spec`'s API in the session of `record`."""
     state = proxy_state(request)
     started: float = request.scope.get(STARTED, time.perf_counter())
-    canonical = spec.to_canonical(body)
+    canonical, after = with_conversation(spec, body, record)
     loop = asyncio.get_running_loop()
     record.call_started()
 
     def done(generations: list[Generation]) -> None:
         record.call_finished()
+        if after is not None:
+            after(generations)
         state.store.touch(record)
         if generations:  # counted once the reply is on its way: the client need not wait
             loop.call_soon(_observe, state.metrics, spec.name, started, generations)

@@ -37,6 +37,7 @@ from rltap.errors import (
     SessionGone,
 )
 from rltap.ids import random_hex
+from rltap.protocols.openai_responses.conversations import ConversationStore
 from rltap.proxy.metrics import ProxyMetrics
 from rltap.session import Session, SessionConfig
 
@@ -89,6 +90,8 @@ class SessionRecord:
     last_active: float = 0.0
     ended_at: float | None = None
     in_flight: int = 0
+    # The session's Conversations API state (Responses `conversation`), scoped to it.
+    conversations: ConversationStore = field(default_factory=ConversationStore)
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     idle: asyncio.Event = field(default_factory=asyncio.Event)
 

@@ -21,6 +21,7 @@ from typing_extensions import TypedDict
 
 from rltap.errors import InvalidRequest
 from rltap.generation import CanonicalRequest, ToolChoice
+from rltap.protocols._thinking import ReasoningEffort, effort_template_kwargs
 from rltap.protocols._validation import format_param
 
 __all__ = [
@@ -137,6 +138,8 @@ class ChatCompletionRequest(BaseModel):
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     stream: bool | None = None
     stream_options: ChatStreamOptions | None = None
+    # Switches the template's thinking as Responses' `reasoning.effort` does.
+    reasoning_effort: ReasoningEffort | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     metadata: dict[str, Any] | None = None
 
@@ -181,7 +184,7 @@ def to_canonical(wire: ChatCompletionRequest) -> CanonicalRequest:
         include_usage=include_usage,
         logprobs=bool(wire.logprobs),
         top_logprobs=wire.top_logprobs if wire.logprobs else None,
-        template_kwargs=dict(wire.chat_template_kwargs or {}),
+        template_kwargs=effort_template_kwargs(wire.reasoning_effort, wire.chat_template_kwargs),
         metadata=dict(wire.metadata or {}),
     )
 

@@ -7,7 +7,9 @@ fields and raises `InvalidRequest` with the parameter's path. Unknown fields are
 Input items become Chat Completions messages, the canonical form, so that a conversation reads
 the same whatever API it was sent through:
 
-- `input` as a string is one user message; `instructions` is a leading system message;
+- `input` as a string is one user message; `instructions` is the request's own: the session puts
+  it first as a system message, and a later call continuing this one by `previous_response_id`
+  does not carry it over (OpenAI does not either);
 - messages keep their role (`developer` becomes `system`); `input_text` and `output_text` parts
   become `{"type": "text", "text"}` parts, other parts (`input_image`, `input_file`) pass through;
   a string content stays a string;
@@ -22,10 +24,12 @@ the same whatever API it was sent through:
 
 Items rltap cannot honour (hosted tool calls, `item_reference`: rltap keeps no item store) and
 non-function tools are rejected naming their type. `previous_response_id` is passed on; the
-session prepends that response's conversation. `reasoning.effort` sets the template's
-`enable_thinking` (`"none"` -> False, any other effort -> True); vLLM's `chat_template_kwargs`
-is honoured and wins. `store`, `include` (except output-text logprobs), `text`, `truncation`,
-`user` and the like are accepted and ignored.
+session prepends that response's conversation. `reasoning.effort` switches the template's
+thinking (`rltap.protocols._thinking`); `reasoning` and `text` are echoed in the reply as sent,
+and `reasoning.summary` asks for a reasoning summary (see `response`). `store`, `include`
+(except output-text logprobs), `truncation`, `user` and the like are accepted and ignored.
+`conversation` is resolved by the proxy, which keeps conversations
+(`rltap.protocols.openai_responses.conversations`); reaching here, it is refused.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
 from rltap.errors import InvalidRequest
 from rltap.generation import CanonicalRequest, ToolChoice
+from rltap.protocols._thinking import ReasoningEffort, effort_template_kwargs
 from rltap.protocols._validation import format_param
 from rltap.protocols.openai_responses.input_items import InputItem, input_messages
 
@@ -91,10 +96,12 @@ Tool = Annotated[
 
 
 class ResponsesReasoning(BaseModel):
-    """`reasoning`: only `effort` matters here (it switches the template's thinking)."""
+    """`reasoning`: `effort` switches the template's thinking; `summary` asks for the reasoning
+    as the reasoning item's summary."""
 
     model_config = _LENIENT
-    effort: str | None = None
+    effort: ReasoningEffort | None = None
+    summary: Literal["auto", "concise", "detailed"] | None = None
 
 
 class ResponsesRequest(BaseModel):
@@ -129,8 +136,8 @@ class ResponsesRequest(BaseModel):
 def to_canonical(wire: ResponsesRequest) -> CanonicalRequest:
     """The canonical form of a validated request (cross-field checks raise `InvalidRequest`)."""
     _reject_server_state(wire)
-    messages = _instructions(wire.instructions) + input_messages(wire.input)
-    if not messages and wire.previous_response_id is None:
+    messages = input_messages(wire.input)
+    if not messages and not wire.instructions and wire.previous_response_id is None:
         msg = "'input' must not be empty unless 'previous_response_id' is given."
         raise InvalidRequest(msg, param="input")
     tools = _tools(wire.tools)
@@ -154,6 +161,8 @@ def to_canonical(wire: ResponsesRequest) -> CanonicalRequest:
         top_logprobs=wire.top_logprobs if logprobs else None,
         template_kwargs=_template_kwargs(wire),
         previous_response_id=wire.previous_response_id,
+        instructions=wire.instructions or None,
+        echo=_echo(wire),
         metadata=dict(wire.metadata or {}),
     )
 
@@ -161,8 +170,8 @@ def to_canonical(wire: ResponsesRequest) -> CanonicalRequest:
 def _reject_server_state(wire: ResponsesRequest) -> None:
     # These ask for server-side state rltap does not keep; ignoring them would silently
     # generate from the wrong conversation or never return.
-    if wire.conversation is not None:
-        msg = "'conversation' is not supported; send the history in 'input'."
+    if wire.conversation is not None:  # the proxy resolves it before this (its store)
+        msg = "'conversation' is served by the proxy only; send the history in 'input'."
         raise InvalidRequest(msg, param="conversation")
     if wire.background:
         msg = "'background' responses are not supported."
@@ -170,16 +179,19 @@ def _reject_server_state(wire: ResponsesRequest) -> None:
 
 
 def _template_kwargs(wire: ResponsesRequest) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {}
     effort = wire.reasoning.effort if wire.reasoning is not None else None
-    if effort is not None:
-        kwargs["enable_thinking"] = effort != "none"
-    kwargs.update(wire.chat_template_kwargs or {})
-    return kwargs
+    return effort_template_kwargs(effort, wire.chat_template_kwargs)
 
 
-def _instructions(instructions: str | None) -> list[dict[str, Any]]:
-    return [{"role": "system", "content": instructions}] if instructions else []
+def _as_sent(value: Any) -> Any:
+    return value.model_dump(exclude_unset=True) if isinstance(value, BaseModel) else value
+
+
+def _echo(wire: ResponsesRequest) -> dict[str, Any]:
+    """`reasoning` and `text` as the reply object repeats them (OpenAI's defaults when unset)."""
+    reasoning = {"effort": None, "summary": None, **(_as_sent(wire.reasoning) or {})}
+    text = _as_sent(getattr(wire, "text", None)) or {}
+    return {"reasoning": reasoning, "text": {"format": {"type": "text"}, **text}}
 
 
 def _tools(tools: list[FunctionTool | UnsupportedTool] | None) -> list[dict[str, Any]] | None:

@@ -1,11 +1,16 @@
 """Responses bodies: the `response` object, its output items, usage and the error envelope.
 
 Output items, in this order: a `reasoning` item (the reasoning text as one `reasoning_text`
-content part, `summary: []`) when the reply has reasoning; a `message` item with one
+content part) when the reply has reasoning; a `message` item with one
 `output_text` part when it has text, or when it has nothing else (so that the client's history
 still holds the turn); one `function_call` item per tool call (`call_id` is the tool-call id).
 Item ids are derived from the response id and the item's position (`msg_<id>_1`), so a stream and
 its final `response` name the same items.
+
+A reasoning item's `summary` is empty unless the request asks for one (`reasoning.summary`:
+`auto`, `concise` or `detailed`); then it is one `summary_text` part holding the reasoning text
+itself. rltap runs no second model to summarise: the model's own reasoning, which it wrote for
+the reader anyway, is its summary, whatever the level asked for.
 
 Status: `stop` and `tool_calls` -> `completed`; `length` -> `incomplete` with
 `incomplete_details.reason = "max_output_tokens"`; `abort` -> `cancelled`. The text items of a
@@ -44,6 +49,7 @@ __all__ = [
     "response_object",
     "response_status",
     "usage",
+    "wants_summary",
 ]
 
 ID_PREFIX = "resp_"
@@ -87,12 +93,26 @@ def output_text_part(text: str, logprobs: list[dict[str, Any]] | None = None) ->
     return {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}
 
 
+def wants_summary(request: CanonicalRequest) -> bool:
+    """Whether the request asked for reasoning summaries (`reasoning.summary`)."""
+    reasoning = request.echo.get("reasoning") or {}
+    return reasoning.get("summary") is not None
+
+
 def reasoning_item(
-    id_: str, text: str | None, status: ItemStatus, *, content: bool = True
+    id_: str, text: str | None, status: ItemStatus, *, content: bool = True, summary: bool = False
 ) -> dict[str, Any]:
-    """A `reasoning` item; `content=False` gives the empty item a stream announces first."""
+    """A `reasoning` item; `content=False` gives the empty item a stream announces first;
+    `summary=True` repeats the text as its summary (the module docstring says why)."""
     parts = [{"type": "reasoning_text", "text": text or ""}] if content else []
-    return {"type": "reasoning", "id": id_, "summary": [], "content": parts, "status": status}
+    summaries = [{"type": "summary_text", "text": text or ""}] if content and summary else []
+    return {
+        "type": "reasoning",
+        "id": id_,
+        "summary": summaries,
+        "content": parts,
+        "status": status,
+    }
 
 
 def message_item(
@@ -174,23 +194,24 @@ def response_object(
         "completed_at": None if completed_at is None else int(completed_at),
         "error": error,
         "incomplete_details": incomplete,
-        "instructions": None,
+        "instructions": request.instructions,
         "max_output_tokens": request.max_tokens,
         "model": request.model,
         "output": output,
         "parallel_tool_calls": request.parallel_tool_calls,
         "previous_response_id": request.previous_response_id,
-        "reasoning": None,
+        "reasoning": request.echo.get("reasoning"),
         "temperature": request.temperature,
         "top_p": request.top_p,
         "top_logprobs": request.top_logprobs,
-        "text": {"format": {"type": "text"}},
+        "text": request.echo.get("text", {"format": {"type": "text"}}),
         "tool_choice": _wire_tool_choice(request),
         "tools": _wire_tools(request),
         "truncation": "disabled",
         "usage": usage,
         "metadata": dict(request.metadata),
         "user": None,
+        "conversation": request.echo.get("conversation"),
     }
 
 
@@ -208,7 +229,8 @@ def output_items(request: CanonicalRequest, generation: Generation) -> list[dict
     if reasoning:
         # As in a stream: reasoning that text or a call followed was finished.
         status: ItemStatus = "completed" if content or calls else text_status
-        items.append(reasoning_item(item_id(response_id, "reasoning", 0), reasoning, status))
+        id_ = item_id(response_id, "reasoning", 0)
+        items.append(reasoning_item(id_, reasoning, status, summary=wants_summary(request)))
     if content or not (items or calls):
         logprobs = _logprobs(request, generation)
         id_ = item_id(response_id, "message", len(items))

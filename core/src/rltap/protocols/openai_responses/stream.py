@@ -9,7 +9,11 @@ Output items open and close as the kind of the parser's deltas changes:
 
 - reasoning: `output_item.added`, `content_part.added` (a `reasoning_text` part),
   `reasoning_text.delta`..., then `reasoning_text.done`, `content_part.done`,
-  `output_item.done`; it closes when text or a tool call starts;
+  `output_item.done`; it closes when text or a tool call starts. When the request asks for a
+  summary (`reasoning.summary`), the same text is the item's summary (see `response.py`):
+  `reasoning_summary_part.added` follows `content_part.added`, each `reasoning_text.delta` is
+  followed by a `reasoning_summary_text.delta`, and `reasoning_summary_text.done`,
+  `reasoning_summary_part.done` come before `output_item.done`;
 - text: `output_item.added`, `content_part.added` (`output_text`), `output_text.delta`..., then
   `output_text.done`, `content_part.done`, `output_item.done`. The message stays open across
   tool calls and closes at the end (or when reasoning resumes), so text the model writes after a
@@ -63,6 +67,7 @@ from rltap.protocols.openai_responses.response import (
     response_object,
     response_status,
     usage,
+    wants_summary,
 )
 from rltap.sse import SSEEvent
 
@@ -192,7 +197,25 @@ def _added_events(state: StreamEncoder, item: _Item) -> list[SSEEvent]:
                 part=_part(item, ""),
             )
         )
+    if item.kind == "reasoning" and wants_summary(state.request):
+        events.append(_summary_event(state, item, "part.added", part=_summary_part("")))
     return events
+
+
+def _summary_part(text: str) -> dict[str, Any]:
+    return {"type": "summary_text", "text": text}
+
+
+def _summary_event(state: StreamEncoder, item: _Item, kind: str, **fields: Any) -> SSEEvent:
+    """A `response.reasoning_summary_<kind>` event of the reasoning item's one summary part."""
+    return _emit(
+        state,
+        f"response.reasoning_summary_{kind}",
+        item_id=item.id,
+        output_index=item.output_index,
+        summary_index=0,
+        **fields,
+    )
 
 
 def reasoning_events(state: StreamEncoder, text: str) -> list[SSEEvent]:
@@ -213,6 +236,8 @@ def reasoning_events(state: StreamEncoder, text: str) -> list[SSEEvent]:
             delta=text,
         )
     )
+    if wants_summary(state.request):
+        events.append(_summary_event(state, item, "text.delta", delta=text))
     return events
 
 
@@ -271,7 +296,7 @@ def close_reasoning(state: StreamEncoder, status: ItemStatus) -> list[SSEEvent]:
         return []
     item.status = status
     text = item.text
-    return [
+    events = [
         _emit(
             state,
             "response.reasoning_text.done",
@@ -279,9 +304,12 @@ def close_reasoning(state: StreamEncoder, status: ItemStatus) -> list[SSEEvent]:
             output_index=item.output_index,
             content_index=0,
             text=text,
-        ),
-        *_part_done_events(state, item),
+        )
     ]
+    if wants_summary(state.request):
+        events.append(_summary_event(state, item, "text.done", text=text))
+        events.append(_summary_event(state, item, "part.done", part=_summary_part(text)))
+    return events + _part_done_events(state, item)
 
 
 def close_message(state: StreamEncoder, status: ItemStatus) -> list[SSEEvent]:
@@ -355,7 +383,8 @@ def _part(item: _Item, text: str) -> dict[str, Any]:
 
 def _item_body(state: StreamEncoder, item: _Item, *, content: bool = True) -> dict[str, Any]:
     if item.kind == "reasoning":
-        return reasoning_item(item.id, item.text, item.status, content=content)
+        summary = wants_summary(state.request)
+        return reasoning_item(item.id, item.text, item.status, content=content, summary=summary)
     if item.kind == "message":
         text = item.text if content else None
         return message_item(item.id, text, item.status, logprobs=state.logprobs)

@@ -1,0 +1,165 @@
+"""The Responses API's server-side state: stored responses and conversations, per session.
+
+- `GET /v1/responses/{id}`: a response of the caller's session, as it was answered (the body a
+  stream ended with, for a streamed one); an unknown id, an unfinished response or another
+  session's is a 404 in OpenAI's envelope, the same answer for all three, so nothing leaks.
+- The Conversations API subset of `rltap.protocols.openai_responses.conversations`, the store
+  being the caller session's own.
+- `POST /v1/responses` with `conversation`: `with_conversation` puts the conversation's items
+  before the input and, once the response completed, adds the input and output items to it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal
+
+import orjson
+from fastapi import APIRouter, Query, Request, Response
+from pydantic import BaseModel
+
+from rltap.errors import InvalidRequest, NotFound
+from rltap.generation import CanonicalRequest, Generation
+from rltap.protocols import ApiSpec
+from rltap.protocols.openai_responses import ResponsesRequest
+from rltap.protocols.openai_responses.conversations import (
+    ConversationCreateRequest,
+    ConversationItemsRequest,
+    ConversationStore,
+    ConversationUpdateRequest,
+    input_item_models,
+    list_body,
+    stored_items,
+)
+from rltap.protocols.openai_responses.response import output_items
+from rltap.proxy.routing import SessionRoute, caller_session
+from rltap.proxy.state import SessionRecord
+
+__all__ = ["ROUTER", "with_conversation"]
+
+ROUTER = APIRouter(route_class=SessionRoute)
+_CONVERSATION = "/v1/conversations/{conversation_id}"
+
+OnDone = Callable[[list[Generation]], None]
+
+
+def _json(body: Any) -> Response:
+    return Response(orjson.dumps(body), media_type="application/json")
+
+
+def _store(request: Request) -> ConversationStore:
+    return caller_session(request).conversations
+
+
+@ROUTER.get("/v1/responses/{response_id}")
+async def retrieve_response(request: Request, response_id: str) -> Response:
+    interaction = caller_session(request).session.cache.get(response_id)
+    body = None if interaction is None or not interaction.is_complete else interaction.response
+    if body is None:
+        msg = f"Response with id '{response_id}' not found."
+        raise NotFound(msg, param="response_id")
+    return _json(body)
+
+
+@ROUTER.post("/v1/conversations")
+async def create_conversation(
+    request: Request, body: ConversationCreateRequest | None = None
+) -> Response:
+    body = body or ConversationCreateRequest()
+    items = stored_items(body.items or [])
+    return _json(_store(request).create(items, body.metadata))
+
+
+@ROUTER.get(_CONVERSATION)
+async def retrieve_conversation(request: Request, conversation_id: str) -> Response:
+    return _json(_store(request).retrieve(conversation_id))
+
+
+@ROUTER.post(_CONVERSATION)
+async def update_conversation(
+    request: Request, conversation_id: str, body: ConversationUpdateRequest
+) -> Response:
+    return _json(_store(request).update(conversation_id, body.metadata))
+
+
+@ROUTER.delete(_CONVERSATION)
+async def delete_conversation(request: Request, conversation_id: str) -> Response:
+    return _json(_store(request).delete(conversation_id))
+
+
+@ROUTER.post(_CONVERSATION + "/items")
+async def add_items(
+    request: Request, conversation_id: str, body: ConversationItemsRequest
+) -> Response:
+    added = _store(request).add(conversation_id, stored_items(body.items))
+    return _json(list_body(added))
+
+
+@ROUTER.get(_CONVERSATION + "/items")
+async def list_items(
+    request: Request,
+    conversation_id: str,
+    limit: int = Query(default=20, ge=1, le=100),
+    order: Literal["asc", "desc"] = "desc",
+    after: str | None = None,
+) -> Response:
+    page = _store(request).list_items(conversation_id, limit=limit, order=order, after=after)
+    return _json(page)
+
+
+@ROUTER.get(_CONVERSATION + "/items/{item_id}")
+async def retrieve_item(request: Request, conversation_id: str, item_id: str) -> Response:
+    return _json(_store(request).retrieve_item(conversation_id, item_id))
+
+
+@ROUTER.delete(_CONVERSATION + "/items/{item_id}")
+async def delete_item(request: Request, conversation_id: str, item_id: str) -> Response:
+    return _json(_store(request).delete_item(conversation_id, item_id))
+
+
+def _conversation_id(value: str | dict[str, Any]) -> str:
+    conversation_id = value.get("id") if isinstance(value, dict) else value
+    if not isinstance(conversation_id, str) or not conversation_id:
+        msg = "'conversation' must be a conversation id or an object with its 'id'."
+        raise InvalidRequest(msg, param="conversation")
+    return conversation_id
+
+
+def with_conversation(
+    spec: ApiSpec, body: BaseModel, record: SessionRecord
+) -> tuple[CanonicalRequest, OnDone | None]:
+    """The canonical request of `body`; for a Responses body with `conversation`, the
+    conversation's items come first, and the callback adds the new items once it completed."""
+    if not isinstance(body, ResponsesRequest) or body.conversation is None:
+        return spec.to_canonical(body), None
+    if body.previous_response_id is not None:
+        msg = "'previous_response_id' and 'conversation' cannot be used together."
+        raise InvalidRequest(msg, param="conversation")
+    store = record.conversations
+    conversation_id = _conversation_id(body.conversation)
+    history = store.items(conversation_id, param="conversation")
+    sent = [{"role": "user", "content": body.input}] if isinstance(body.input, str) else None
+    own = input_item_models(sent) if sent is not None else list(body.input or [])
+    wire = body.model_copy(
+        update={"input": [*input_item_models(history), *own], "conversation": None}
+    )
+    canonical = spec.to_canonical(wire)
+    canonical.echo["conversation"] = {"id": conversation_id}
+    new_items = stored_items(own, "input")
+
+    def add_to_conversation(generations: list[Generation]) -> None:
+        completed = [g for g in generations if g.finish_reason != "abort"]
+        if not completed:  # a failed or aborted response adds nothing, as at OpenAI
+            return
+        generation = completed[0]
+        # A stream's final body is kept by now (its items, in streamed order); a JSON body is
+        # built from the same `output_items` after this runs.
+        interaction = record.session.cache.get(generation.interaction_id)
+        kept = None if interaction is None else interaction.response
+        outputs = kept["output"] if kept else output_items(canonical, generation)
+        try:
+            store.add(conversation_id, [*new_items, *outputs])
+        except NotFound:  # deleted while the response ran: there is nothing to add to
+            return
+
+    return canonical, add_to_conversation
