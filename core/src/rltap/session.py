@@ -22,6 +22,7 @@ from typing import Any
 
 from rltap.cache import InteractionCache
 from rltap.canonical import tools_context
+from rltap.chat.constraints import request_constraint
 from rltap.chat.parsed import Delta, ParsedOutput, fold_deltas
 from rltap.chat.renderer import ChatRenderer
 from rltap.chat.stop_strings import matched_stop_string
@@ -190,6 +191,7 @@ class Session:
             seed=seed,
             messages=messages,
             tools=request.tools,
+            constraint=request_constraint(request, self.config.output_parser, self.renderer),
         )
 
     def _start(

@@ -23,6 +23,8 @@ it, see `rltap.canonical`):
   `enable_thinking` to True, `{"type": "disabled"}` to False; no `thinking` leaves it unset.
 - Only client tools (`input_schema`, no `type` or `type: "custom"`) are supported; Anthropic's
   server tools (web search, code execution, ...) cannot run here and are rejected.
+- `tool_choice` and the output format (`output_config.format`, the beta's `output_format`): see
+  `reply_shape`.
 """
 
 from __future__ import annotations
@@ -34,14 +36,24 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
+from rltap.chat.constraints import check_request_schemas
 from rltap.errors import InvalidRequest
-from rltap.generation import CanonicalRequest, ToolChoice
+from rltap.generation import CanonicalRequest
+from rltap.protocols.anthropic_messages.reply_shape import (
+    JSONOutputFormatParam,
+    OutputConfigParam,
+    ToolChoiceParam,
+    canonical_tool_choice,
+    response_format,
+)
 
 __all__ = [
     "ContentBlockParam",
+    "JSONOutputFormatParam",
     "MessageCreateParams",
     "MessageParam",
     "OtherBlockParam",
+    "OutputConfigParam",
     "RedactedThinkingBlockParam",
     "TextBlockParam",
     "ThinkingBlockParam",
@@ -139,12 +151,6 @@ class ToolParam(_WireModel):
     type: str | None = None
 
 
-class ToolChoiceParam(_WireModel):
-    type: Literal["auto", "any", "tool", "none"]
-    name: str | None = None
-    disable_parallel_tool_use: bool | None = None
-
-
 class ThinkingConfigParam(_WireModel):
     type: Literal["enabled", "disabled", "adaptive", "between_tools"]
     budget_tokens: int | None = None
@@ -165,23 +171,29 @@ class MessageCreateParams(_WireModel):
     tools: list[ToolParam] | None = None
     tool_choice: ToolChoiceParam | None = None
     thinking: ThinkingConfigParam | None = None
+    output_config: OutputConfigParam | None = None
+    # The structured-outputs beta's first field (`anthropic-beta: structured-outputs-2025-11-13`),
+    # sent by SDKs before `output_config.format` replaced it.
+    output_format: JSONOutputFormatParam | None = None
     metadata: dict[str, Any] | None = None
 
 
 def to_canonical(params: MessageCreateParams) -> CanonicalRequest:
     """The canonical form of a validated request (cross-field checks raise `InvalidRequest`)."""
     _check_sampling(params)
-    tool_choice, parallel = _tool_choice(params.tool_choice)
+    tools = _canonical_tools(params.tools)
+    tool_choice, parallel = canonical_tool_choice(params.tool_choice, tools)
     template_kwargs: dict[str, Any] = {}
     if params.thinking is not None:
         template_kwargs["enable_thinking"] = params.thinking.type != "disabled"
-    return CanonicalRequest(
+    request = CanonicalRequest(
         api="messages",
         model=params.model,
         messages=_canonical_messages(params),
-        tools=_canonical_tools(params.tools),
+        tools=tools,
         tool_choice=tool_choice,
         parallel_tool_calls=parallel,
+        response_format=response_format(params.output_config, params.output_format),
         max_tokens=params.max_tokens,
         temperature=params.temperature,
         top_p=params.top_p,
@@ -191,6 +203,11 @@ def to_canonical(params: MessageCreateParams) -> CanonicalRequest:
         template_kwargs=template_kwargs,
         metadata=dict(params.metadata or {}),
     )
+    schema_param = "output_format.schema" if params.output_format else "output_config.format.schema"
+    check_request_schemas(
+        request, schema_param=schema_param, tool_param=lambda i: f"tools[{i}].input_schema"
+    )
+    return request
 
 
 def _check_sampling(params: MessageCreateParams) -> None:
@@ -207,18 +224,6 @@ def _check_sampling(params: MessageCreateParams) -> None:
     if params.top_k is not None and params.top_k < 0:
         msg = f"top_k must be >= 0, got {params.top_k}"
         raise InvalidRequest(msg, param="top_k")
-
-
-def _tool_choice(choice: ToolChoiceParam | None) -> tuple[ToolChoice | None, bool]:
-    if choice is None:
-        return None, True
-    parallel = not choice.disable_parallel_tool_use
-    if choice.type == "tool":
-        if not choice.name:
-            msg = "tool_choice of type 'tool' needs the tool's name"
-            raise InvalidRequest(msg, param="tool_choice.name")
-        return {"name": choice.name}, parallel
-    return ("required" if choice.type == "any" else choice.type), parallel
 
 
 def _canonical_tools(tools: list[ToolParam] | None) -> list[dict[str, Any]] | None:

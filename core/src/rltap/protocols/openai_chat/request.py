@@ -19,6 +19,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, with_config
 from typing_extensions import TypedDict
 
+from rltap.chat.constraints import check_request_schemas
 from rltap.errors import InvalidRequest
 from rltap.generation import CanonicalRequest, ToolChoice
 from rltap.protocols._thinking import ReasoningEffort, effort_template_kwargs
@@ -28,8 +29,10 @@ __all__ = [
     "ChatCompletionRequest",
     "ChatContentPart",
     "ChatFunction",
+    "ChatJsonSchema",
     "ChatMessage",
     "ChatNamedToolChoice",
+    "ChatResponseFormat",
     "ChatStreamOptions",
     "ChatTool",
     "ChatToolCall",
@@ -109,6 +112,25 @@ class ChatNamedToolChoice(BaseModel):
     function: _NamedFunction
 
 
+@with_config(_LENIENT)
+class ChatJsonSchema(TypedDict):
+    """`response_format.json_schema`: the schema the reply must match (`strict` or not, it is
+    enforced by constrained decoding); no `schema` means any JSON value."""
+
+    name: str
+    schema: NotRequired[dict[str, Any]]
+    strict: NotRequired[bool | None]
+    description: NotRequired[str | None]
+
+
+@with_config(_LENIENT)
+class ChatResponseFormat(TypedDict):
+    """`{"type": "text"}`, `{"type": "json_object"}` or `{"type": "json_schema", "json_schema"}`."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: NotRequired[ChatJsonSchema]
+
+
 class ChatStreamOptions(BaseModel):
     model_config = _LENIENT
     include_usage: bool | None = None
@@ -125,6 +147,7 @@ class ChatCompletionRequest(BaseModel):
     tools: list[ChatTool] | None = None
     tool_choice: Literal["none", "auto", "required"] | ChatNamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
+    response_format: ChatResponseFormat | None = None
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
     temperature: _FiniteFloat | None = Field(default=None, ge=0)
@@ -166,13 +189,14 @@ def to_canonical(wire: ChatCompletionRequest) -> CanonicalRequest:
     include_usage = bool(wire.stream and wire.stream_options and wire.stream_options.include_usage)
     raw = cast(list[dict[str, Any]], wire.messages)
     messages = [_message(m, i) for i, m in enumerate(raw)]
-    return CanonicalRequest(
+    request = CanonicalRequest(
         api="chat",
         model=wire.model or "",
         messages=messages,
         tools=tools,
         tool_choice=_tool_choice(wire.tool_choice, tools),
         parallel_tool_calls=wire.parallel_tool_calls is not False,
+        response_format=_response_format(wire.response_format),
         max_tokens=max_tokens,
         temperature=wire.temperature,
         top_p=wire.top_p,
@@ -187,6 +211,28 @@ def to_canonical(wire: ChatCompletionRequest) -> CanonicalRequest:
         template_kwargs=effort_template_kwargs(wire.reasoning_effort, wire.chat_template_kwargs),
         metadata=dict(wire.metadata or {}),
     )
+    check_request_schemas(
+        request,
+        schema_param="response_format.json_schema.schema",
+        tool_param=lambda i: f"tools[{i}].function.parameters",
+    )
+    return request
+
+
+def _response_format(response_format: ChatResponseFormat | None) -> dict[str, Any] | None:
+    if response_format is None or response_format["type"] == "text":
+        return None
+    if response_format["type"] == "json_object":
+        return {"type": "json_object"}
+    spec = response_format.get("json_schema")
+    if spec is None:
+        raise _missing(("response_format", "json_schema"))
+    return {
+        "type": "json_schema",
+        "name": spec["name"],
+        "schema": spec.get("schema") or {},
+        "strict": bool(spec.get("strict")),
+    }
 
 
 def _tool(tool: ChatTool) -> dict[str, Any]:

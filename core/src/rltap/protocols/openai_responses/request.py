@@ -28,6 +28,7 @@ session prepends that response's conversation. `reasoning.effort` switches the t
 thinking (`rltap.protocols._thinking`); `reasoning` and `text` are echoed in the reply as sent,
 and `reasoning.summary` asks for a reasoning summary (see `response`). `store`, `include`
 (except output-text logprobs), `truncation`, `user` and the like are accepted and ignored.
+`text.format` (json_object, json_schema) constrains the reply (`rltap.chat.constraints`).
 `conversation` is resolved by the proxy, which keeps conversations
 (`rltap.protocols.openai_responses.conversations`); reaching here, it is refused.
 """
@@ -35,10 +36,12 @@ and `reasoning.summary` asks for a reasoning summary (see `response`). `store`, 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NotRequired
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, with_config
+from typing_extensions import TypedDict
 
+from rltap.chat.constraints import check_request_schemas
 from rltap.errors import InvalidRequest
 from rltap.generation import CanonicalRequest, ToolChoice
 from rltap.protocols._thinking import ReasoningEffort, effort_template_kwargs
@@ -49,6 +52,8 @@ __all__ = [
     "FunctionTool",
     "ResponsesReasoning",
     "ResponsesRequest",
+    "ResponsesText",
+    "ResponsesTextFormat",
     "UnsupportedTool",
     "to_canonical",
 ]
@@ -104,6 +109,25 @@ class ResponsesReasoning(BaseModel):
     summary: Literal["auto", "concise", "detailed"] | None = None
 
 
+@with_config(_LENIENT)
+class ResponsesTextFormat(TypedDict):
+    """`text.format`: `{"type": "text"}`, `{"type": "json_object"}` or `{"type": "json_schema",
+    "name", "schema", "strict"}` (enforced by constrained decoding, strict or not)."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    name: NotRequired[str]
+    schema: NotRequired[dict[str, Any]]
+    strict: NotRequired[bool | None]
+    description: NotRequired[str | None]
+
+
+@with_config(_LENIENT)
+class ResponsesText(TypedDict):
+    """`text`: its `format` is the reply's shape (`verbosity` and the rest are ignored)."""
+
+    format: NotRequired[ResponsesTextFormat]
+
+
 class ResponsesRequest(BaseModel):
     """A `POST /v1/responses` body (OpenAI's names, plus vLLM's `top_k`, `seed` and
     `chat_template_kwargs`)."""
@@ -117,6 +141,7 @@ class ResponsesRequest(BaseModel):
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
+    text: ResponsesText | None = None
     max_output_tokens: int | None = Field(default=None, ge=1)
     temperature: _FiniteFloat | None = Field(default=None, ge=0)
     top_p: _FiniteFloat | None = Field(default=None, gt=0, le=1)
@@ -142,13 +167,14 @@ def to_canonical(wire: ResponsesRequest) -> CanonicalRequest:
         raise InvalidRequest(msg, param="input")
     tools = _tools(wire.tools)
     logprobs = _LOGPROBS_INCLUDE in (wire.include or [])
-    return CanonicalRequest(
+    request = CanonicalRequest(
         api="responses",
         model=wire.model,
         messages=messages,
         tools=tools,
         tool_choice=_tool_choice(wire.tool_choice, tools),
         parallel_tool_calls=wire.parallel_tool_calls is not False,
+        response_format=_response_format(wire.text),
         max_tokens=wire.max_output_tokens,
         temperature=wire.temperature,
         top_p=wire.top_p,
@@ -165,6 +191,27 @@ def to_canonical(wire: ResponsesRequest) -> CanonicalRequest:
         echo=_echo(wire),
         metadata=dict(wire.metadata or {}),
     )
+    check_request_schemas(
+        request, schema_param="text.format.schema", tool_param=lambda i: f"tools[{i}].parameters"
+    )
+    return request
+
+
+def _response_format(text: ResponsesText | None) -> dict[str, Any] | None:
+    text_format = (text or {}).get("format")
+    if text_format is None or text_format["type"] == "text":
+        return None
+    if text_format["type"] == "json_object":
+        return {"type": "json_object"}
+    if "name" not in text_format:
+        msg = "Missing required parameter: 'text.format.name'."
+        raise InvalidRequest(msg, param="text.format.name")
+    return {
+        "type": "json_schema",
+        "name": text_format["name"],
+        "schema": text_format.get("schema") or {},
+        "strict": bool(text_format.get("strict")),
+    }
 
 
 def _reject_server_state(wire: ResponsesRequest) -> None:
