@@ -56,8 +56,8 @@ WEATHER_SCHEMA = {
 }
 WEATHER = {"type": "json_schema", "name": "Weather", "schema": WEATHER_SCHEMA, "strict": True}
 
-HERMES_ADD = '<tool_call>\n{"name": "add", "arguments": {"a":1,"b":2}}\n</tool_call>'
-HERMES_LOOKUP = '<tool_call>\n{"name": "lookup", "arguments": {"query":"x"}}\n</tool_call>'
+HERMES_ADD = '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>'
+HERMES_LOOKUP = '<tool_call>\n{"name": "lookup", "arguments": {"query": "x"}}\n</tool_call>'
 NO_THINKING = {"enable_thinking": False}
 
 
@@ -184,9 +184,10 @@ def test_a_template_that_opens_the_reasoning_makes_the_reply_close_it(
         pytest.param("I will add them.", False, id="text"),
         pytest.param(f"Sure.\n{HERMES_ADD}", False, id="text-first"),
         pytest.param(HERMES_ADD.replace('"add"', '"mul"'), False, id="unknown-tool"),
-        pytest.param(HERMES_ADD.replace('"a":1', '"a":"1"'), False, id="bad-arguments"),
-        pytest.param(HERMES_ADD.replace(',"b":2', ""), False, id="missing-argument"),
-        pytest.param(HERMES_ADD.replace('"a":1', '"a": 1'), False, id="spaced-arguments"),
+        pytest.param(HERMES_ADD.replace('"a": 1', '"a": "1"'), False, id="bad-arguments"),
+        pytest.param(HERMES_ADD.replace(', "b": 2', ""), False, id="missing-argument"),
+        pytest.param(HERMES_ADD.replace('"a": 1', '"a":1'), False, id="compact-arguments"),
+        pytest.param(HERMES_ADD.replace('"a": 1', '"a":  1'), False, id="padded-arguments"),
         pytest.param(f"{HERMES_ADD}\n", False, id="trailing-newline"),
     ],
 )
@@ -245,16 +246,16 @@ def test_tools_and_a_response_format_give_calls_or_the_value(
         pytest.param("hermes", HERMES_ADD, f"{HERMES_ADD}\n{HERMES_LOOKUP}", id="hermes"),
         pytest.param(
             "llama3",
-            '{"name": "add", "parameters": {"a":1,"b":2}}',
-            '{"name": "add", "parameters": {"a":1,"b":2}}; '
-            '{"name": "lookup", "parameters": {"query":"x"}}',
+            '{"name": "add", "parameters": {"a": 1, "b": 2}}',
+            '{"name": "add", "parameters": {"a": 1, "b": 2}}; '
+            '{"name": "lookup", "parameters": {"query": "x"}}',
             id="llama3",
         ),
         pytest.param(
             "mistral",
-            '[TOOL_CALLS][{"name": "add", "arguments": {"a":1,"b":2}}]',
-            '[TOOL_CALLS][{"name": "add", "arguments": {"a":1,"b":2}}, '
-            '{"name": "lookup", "arguments": {"query":"x"}}]',
+            '[TOOL_CALLS][{"name": "add", "arguments": {"a": 1, "b": 2}}]',
+            '[TOOL_CALLS][{"name": "add", "arguments": {"a": 1, "b": 2}}, '
+            '{"name": "lookup", "arguments": {"query": "x"}}]',
             id="mistral-array",
         ),
     ],

@@ -23,9 +23,11 @@ that tool's `parameters` schema):
 
 Rules every grammar follows:
 
-- No free whitespace: JSON under a grammar is compact (`{"a":1,"b":[2]}`), since whitespace that
-  is allowed anywhere lets a weak model pad forever; the fixed text of a call (`{"name": "add",
-  "arguments": ` ...) is written as the model's chat template writes it.
+- No free whitespace, since whitespace allowed anywhere lets a weak model pad forever: a response
+  format's JSON is compact (`{"a":1,"b":[2]}`, as OpenAI's structured outputs are); a tool call,
+  its arguments included, is written as chat templates render calls (`tojson`, json.dumps'
+  separators: `{"name": "add", "arguments": {"a": 1, "b": 2}}`), the form the model was trained
+  on.
 - The end of the reply is not in the grammar: the engine allows the end-of-turn token exactly
   where the grammar is complete, and forces it when nothing else can follow.
 - A reasoning model (a reasoning parser configured, `enable_thinking` not false) may think
@@ -63,6 +65,7 @@ if TYPE_CHECKING:
     from rltap.generation import CanonicalRequest
 
 __all__ = [
+    "CALL_JSON",
     "COMPACT_JSON",
     "GrammarChecker",
     "build_constraint",
@@ -74,7 +77,9 @@ __all__ = [
 ]
 
 COMPACT_JSON = {"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"}
-"""llguidance's JSON options for compact JSON (set as the schema's `x-guidance`)."""
+"""llguidance's JSON options (a schema's `x-guidance`) for a response format: compact JSON."""
+CALL_JSON = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+"""llguidance's JSON options for a call's arguments: json.dumps' separators, no other space."""
 
 _ANY_OBJECT: dict[str, Any] = {"type": "object"}
 
@@ -114,12 +119,12 @@ def constrained_tools(request: CanonicalRequest) -> tuple[int, ...]:
     return calls.tools if calls is not None else ()
 
 
-def _compact(schema: dict[str, Any]) -> dict[str, Any]:
-    return {**schema, "x-guidance": COMPACT_JSON}
+def _compact(schema: dict[str, Any], style: dict[str, Any] = COMPACT_JSON) -> dict[str, Any]:
+    return {**schema, "x-guidance": style}
 
 
-def _json_rule(schema: dict[str, Any]) -> str:
-    return f"%json {orjson.dumps(_compact(schema)).decode()}"
+def _json_rule(schema: dict[str, Any], style: dict[str, Any] = COMPACT_JSON) -> str:
+    return f"%json {orjson.dumps(_compact(schema, style)).decode()}"
 
 
 def _tool_schema(tool: dict[str, Any]) -> dict[str, Any]:
@@ -201,7 +206,7 @@ def _call_rules(
         if call is None:
             msg = f"{calls.reason}: the tool parser {tool_parser.name!r} has no call grammar."
             raise InvalidRequest(msg, param="tool_choice")
-        rules += [f"call_{n}: {call}", f"args_{n}: {_json_rule(_tool_schema(tools[i]))}"]
+        rules += [f"call_{n}: {call}", f"args_{n}: {_json_rule(_tool_schema(tools[i]), CALL_JSON)}"]
     rules.append("call: " + " | ".join(f"call_{n}" for n in range(len(calls.tools))))
     rules.append(
         f"calls: {tool_parser.calls_grammar('call', parallel=calls.parallel, tokens=tokens)}"

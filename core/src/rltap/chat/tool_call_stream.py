@@ -263,7 +263,8 @@ class ToolParser(ABC):
         """A fresh incremental parser for one reply."""
 
     # The grammar of this format's calls (`rltap.chat.constraints` builds a request's grammar of
-    # them): written as the model writes them, with no free whitespace.
+    # them): written as the model writes them, with no free whitespace (JSON in json.dumps'
+    # style, as chat templates render calls).
     call_separator: ClassVar[str] = ""
     # Whether a call may follow text in the same reply (False: calls are the whole content).
     text_before_calls: ClassVar[bool] = True
