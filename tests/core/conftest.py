@@ -27,6 +27,7 @@ def record(cache: InteractionCache) -> Record:
         new_prompt: list[int] | None = None,
         output: list[int] | None = None,
         reward: float | None = None,
+        constrained: bool = False,
     ) -> InteractionWithTokenLogpReward:
         node = cache.add(InteractionWithTokenLogpReward(messages=messages))
         prefix: list[int] = []
@@ -39,6 +40,7 @@ def record(cache: InteractionCache) -> Record:
             output_tokens=output,
             output_logprobs=[-0.5] * len(output),
             output_versions=[3] * len(output),
+            constrained=constrained,
         )
         cache.complete(node.interaction_id, response, [{"role": "assistant", "content": reply}])
         if reward is not None:

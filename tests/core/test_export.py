@@ -79,6 +79,25 @@ def test_concat_exports_one_sequence_per_leaf(record: Record, cache: Interaction
     ]
 
 
+def test_constrained_is_exported_per_sequence(record: Record, cache: InteractionCache) -> None:
+    # A trainer drops or reweighs sequences sampled under a grammar's mask: individual exports
+    # say it per call, concat exports per branch (any constrained segment marks it).
+    root = record(turns("q1"), "a1", new_prompt=[1, 2], output=[3, 4])
+    structured = record(turns("q1", "a1", "q2"), "a2", new_prompt=[5], output=[6], constrained=True)
+    plain = record(turns("q1", "a1", "other"), "o", new_prompt=[11], output=[12])
+    individual = cache.export_interactions(style="individual", reward_discount=1.0)
+    assert {node.interaction_id: node.constrained for node in individual.values()} == {
+        root.interaction_id: False,
+        structured.interaction_id: True,
+        plain.interaction_id: False,
+    }
+    concat = cache.export_interactions(style="concat", reward_discount=1.0)
+    assert {node.interaction_id: node.constrained for node in concat.values()} == {
+        structured.interaction_id: True,
+        plain.interaction_id: False,
+    }
+
+
 def test_concat_refuses_a_broken_prefix(record: Record, cache: InteractionCache) -> None:
     parent = record(turns("q1"), "a1", new_prompt=[1, 2], output=[3, 4])
     child = record(turns("q1", "a1", "q2"), "a2")

@@ -6,7 +6,8 @@ SGLang's documented native API, not its internals:
 
 - `POST /generate` with `input_ids`, `sampling_params` (`max_new_tokens`, `temperature`,
   `top_p`, `top_k` (-1 or >= 1), `stop_token_ids`, `stop`, `skip_special_tokens`,
-  `no_stop_trim`, `sampling_seed`), `return_logprob`, `stream`, `rid`;
+  `no_stop_trim`, `sampling_seed`, and one constraint at most: `json_schema` (a JSON string),
+  `regex` or `ebnf`), `return_logprob`, `stream`, `rid`;
 - the reply `{"text", "output_ids", "meta_info": {"id", "finish_reason", "prompt_tokens",
   "completion_tokens", "output_token_logprobs": [[logprob, token_id, null], ...]}}`, finish
   reasons `{"type": "stop", "matched": id}`, `{"type": "length", "length": n}` and
@@ -123,6 +124,11 @@ class FakeSGLang:
         top_k = params.get("top_k", -1)
         if top_k == 0 or top_k < -1:
             return f"top_k must be -1 (disable), or at least 1, got {top_k}."
+        constraints = [k for k in ("json_schema", "regex", "ebnf") if params.get(k) is not None]
+        if len(constraints) > 1:
+            return "Only one of regex, json_schema, or ebnf can be set."
+        if "json_schema" in constraints and not isinstance(params["json_schema"], str):
+            return "json_schema must be a JSON string."
         max_new = params.get("max_new_tokens", 128)
         if len(input_ids) + max_new > self.context_length:
             return (

@@ -15,7 +15,14 @@ from fake_sglang import FakeSGLang, expected_output
 from rltap.engines.base import InferenceEngine
 from rltap.engines.sglang import SGLangEngine
 from rltap.errors import EngineError, EngineUnavailable
-from rltap.types import LogprobConvention, ModelRequest, ModelResponse, StopReason, TokenChunk
+from rltap.types import (
+    Constraint,
+    LogprobConvention,
+    ModelRequest,
+    ModelResponse,
+    StopReason,
+    TokenChunk,
+)
 
 PROMPT = [151644, 872, 198, 9707, 151645, 198, 151644, 77091, 198]
 
@@ -230,3 +237,37 @@ async def test_a_mid_stream_error_event_is_a_non_retryable_engine_error() -> Non
     finally:
         await engine.close()
         await runner.cleanup()
+
+
+SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+
+
+@pytest.mark.parametrize(
+    ("constraint", "expected"),
+    [
+        pytest.param(
+            Constraint(grammar="start: %json{}", reason="response_format", json_schema=SCHEMA),
+            {
+                "json_schema": '{"type":"object","properties":{"a":{"type":"integer"}},'
+                '"required":["a"]}'
+            },
+            id="json-schema",
+        ),
+        pytest.param(
+            Constraint(grammar='start: "yes" | "no"', reason="tool_choice"),
+            {"ebnf": 'start: "yes" | "no"'},
+            id="grammar",
+        ),
+    ],
+)
+async def test_a_constraint_is_sent_as_sglangs_sampling_parameter(
+    fake: FakeSGLang, engine: SGLangEngine, constraint: Constraint, expected: dict[str, str]
+) -> None:
+    request = ModelRequest(input_ids=PROMPT, max_new_tokens=3, constraint=constraint)
+    generated = await engine.generate(request)
+    streamed, _ = await _collect(engine, request)
+    assert generated.constrained
+    assert streamed.output_tokens == generated.output_tokens
+    for body in fake.requests:
+        sent = {k: v for k, v in body["sampling_params"].items() if k in ("json_schema", "ebnf")}
+        assert sent == expected

@@ -3,19 +3,21 @@
 For every generated sequence, the recorded logprob of each output token equals
 log_softmax(logits / T) of a single full forward pass over prompt + output, gathered at that
 token (fp32: max abs diff <= 1e-5), alone and with 8 concurrent requests of different prompt
-lengths joining and leaving the batch at different steps.
+lengths joining and leaving the batch at different steps; under a grammar's token mask too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
+import llguidance
 import pytest
 import torch
 
 from rltap.engines.transformers import TransformersEngine
-from rltap.types import ModelRequest, ModelResponse
+from rltap.types import Constraint, ModelRequest, ModelResponse
 
 TOLERANCE = 1e-5
 
@@ -111,3 +113,48 @@ async def test_greedy_logprobs_are_taken_at_temperature_1(
     diff = max_logprob_diff(tiny_model, request, response)
     print(f"\ngreedy: max |logprob diff| = {diff:.3g}")
     assert diff <= TOLERANCE
+
+
+async def test_constrained_logprobs_are_the_unmasked_distribution(
+    tiny_model: Any, qwen_tokenizer: Any
+) -> None:
+    # The grammar's mask filters what is sampled, like top-k: the recorded logprob stays the
+    # model's own log_softmax(logits / T), which a fresh forward reproduces.
+    schema = {
+        "type": "object",
+        "properties": {"answer": {"type": "string", "maxLength": 16}, "sure": {"type": "boolean"}},
+        "required": ["answer", "sure"],
+        "additionalProperties": False,
+    }
+    grammar = llguidance.LLMatcher.grammar_from_json_schema(
+        schema, defaults={"whitespace_flexible": False}
+    )
+    constraint = Constraint(grammar=grammar, reason="response_format 'Answer'", json_schema=schema)
+    engine = TransformersEngine(tiny_model, tokenizer=qwen_tokenizer, eos_token_ids=[151645])
+    requests = [
+        ModelRequest(
+            input_ids=ids,
+            temperature=temperature,
+            seed=i,
+            max_new_tokens=64,
+            constraint=constraint if i % 2 == 0 else None,
+        )
+        for i, (ids, temperature) in enumerate(
+            zip(prompts(qwen_tokenizer)[:4], [0.0, 0.7, 1.0, 0.7], strict=True)
+        )
+    ]
+    try:
+        responses = await asyncio.gather(*(engine.generate(r) for r in requests))
+    finally:
+        await engine.close()
+    for request, response in zip(requests, responses, strict=True):
+        assert response.constrained == (request.constraint is not None)
+        assert max_logprob_diff(tiny_model, request, response) <= TOLERANCE
+    # The greedy constrained reply is valid JSON, and the mask was real: some of its tokens
+    # are not the unmasked argmax (so a masked, renormalised logprob would have differed).
+    greedy = responses[0]
+    assert set(json.loads(qwen_tokenizer.decode(greedy.output_tokens[:-1]))) == {"answer", "sure"}
+    sequence = torch.tensor([greedy.input_tokens + greedy.output_tokens])
+    with torch.no_grad():
+        logits = tiny_model(input_ids=sequence).logits[0, greedy.input_len - 1 : -1]
+    assert logits.argmax(dim=-1).tolist() != greedy.output_tokens

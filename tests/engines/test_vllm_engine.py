@@ -24,7 +24,14 @@ from rltap.engines._http_client import EngineHTTPClient, iter_sse_data
 from rltap.engines.base import InferenceEngine
 from rltap.engines.vllm import VLLMEngine
 from rltap.errors import EngineError, EngineTimeout, EngineUnavailable
-from rltap.types import LogprobConvention, ModelRequest, ModelResponse, StopReason, TokenChunk
+from rltap.types import (
+    Constraint,
+    LogprobConvention,
+    ModelRequest,
+    ModelResponse,
+    StopReason,
+    TokenChunk,
+)
 
 PROMPT = [151644, 872, 198, 9707, 11, 1246, 525, 498, 30, 151645, 198, 151644, 77091, 198]
 
@@ -141,6 +148,55 @@ async def test_request_body_asks_for_token_ids_and_sampled_logprobs(
             "stop": ["\n"],
         }
     ]
+
+
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string", "maxLength": 12},
+        "population": {"type": "integer", "minimum": 0, "maximum": 999},
+    },
+    "required": ["city", "population"],
+    "additionalProperties": False,
+}
+# A forced call of one tool whose arguments follow its schema, in the llguidance Lark dialect.
+TOOL_CALL_GRAMMAR = (
+    'start: <tool_call> "\\n" %json{"x-guidance": {"whitespace_flexible": false}, "type": '
+    '"object", "properties": {"name": {"const": "get_weather"}, "arguments": {"type": "object", '
+    '"properties": {"unit": {"enum": ["C", "F"]}}, "required": ["unit"], '
+    '"additionalProperties": false}}, "required": ["name", "arguments"], '
+    '"additionalProperties": false} "\\n" </tool_call>'
+)
+
+
+@pytest.mark.parametrize(
+    ("constraint", "expected"),
+    [
+        pytest.param(
+            Constraint(grammar="start: %json{}", reason="response_format", json_schema=SCHEMA),
+            {"json": {**SCHEMA, "x-guidance": {"whitespace_flexible": False}}},
+            id="json-schema",
+        ),
+        pytest.param(
+            Constraint(grammar=TOOL_CALL_GRAMMAR, reason="tool_choice 'required'"),
+            {"grammar": TOOL_CALL_GRAMMAR},
+            id="grammar",
+        ),
+    ],
+)
+async def test_a_constraint_goes_in_structured_outputs(
+    scripted: ScriptedServer,
+    engine: VLLMEngine,
+    constraint: Constraint,
+    expected: dict[str, Any],
+) -> None:
+    async def ok(request: web.Request) -> web.StreamResponse:
+        return web.json_response(_completion([5], [-0.5], "stop"))
+
+    scripted.handler = ok
+    response = await engine.generate(ModelRequest(input_ids=PROMPT, constraint=constraint))
+    assert response.constrained
+    assert scripted.bodies[0]["structured_outputs"] == expected
 
 
 async def _drain(engine: VLLMEngine, request: ModelRequest, into: list[TokenChunk]) -> None:
@@ -400,7 +456,9 @@ def vllm_model_dir(tiny_model_dir: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def vllm_server(vllm_model_dir: Path) -> Iterator[VLLMServer]:
-    with VLLMServer.started(vllm_model_dir, max_model_len=1024) as server:
+    # The guidance backend reads the llguidance Lark grammars rltap sends for tool calls.
+    backend = ("--structured-outputs-config", '{"backend": "guidance"}')
+    with VLLMServer.started(vllm_model_dir, max_model_len=1024, extra_args=backend) as server:
         print(f"vLLM server started in {server.startup_seconds:.1f} s")
         started = time.perf_counter()
         server.warm_up()
@@ -538,3 +596,41 @@ async def test_vllm_unreachable_url_is_retryable_unavailable() -> None:
         await engine.start()
     assert info.value.is_retryable is True
     await engine.close()
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+async def test_vllm_json_schema_makes_the_random_model_schema_valid(
+    vllm: VLLMEngine, qwen_tokenizer: Any
+) -> None:
+    constraint = Constraint(grammar="", reason="response_format 'City'", json_schema=SCHEMA)
+    request = ModelRequest(
+        input_ids=PROMPT, max_new_tokens=64, temperature=1.0, seed=7, constraint=constraint
+    )
+    response = await vllm.generate(request)
+    streamed = await _stream(vllm, request)
+    assert response.constrained
+    assert response.stop_reason is StopReason.STOP
+    assert streamed.output_tokens == response.output_tokens
+    text = qwen_tokenizer.decode(response.output_tokens, skip_special_tokens=True)
+    value = orjson.loads(text)
+    assert set(value) == {"city", "population"}
+    assert 0 <= value["population"] <= 999
+    # Compact JSON: with free whitespace the random model pads right after the brace.
+    assert text.startswith(('{"city":', '{"population":'))
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+async def test_vllm_lark_grammar_forces_a_tool_call(vllm: VLLMEngine, qwen_tokenizer: Any) -> None:
+    constraint = Constraint(grammar=TOOL_CALL_GRAMMAR, reason="tool_choice 'required'")
+    request = ModelRequest(
+        input_ids=PROMPT, max_new_tokens=64, temperature=1.0, seed=3, constraint=constraint
+    )
+    response = await vllm.generate(request)
+    assert response.stop_reason is StopReason.STOP
+    text = qwen_tokenizer.decode(response.output_tokens, skip_special_tokens=False)
+    assert text.startswith("<tool_call>\n")
+    body = text.removeprefix("<tool_call>\n").split("\n</tool_call>")[0]
+    assert orjson.loads(body)["name"] == "get_weather"
+    assert orjson.loads(body)["arguments"]["unit"] in ("C", "F")

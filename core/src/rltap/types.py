@@ -42,7 +42,14 @@ class StopReason(enum.StrEnum):
 
 
 class LogprobConvention(enum.StrEnum):
-    """Which distribution the recorded logprob of each output token was taken from."""
+    """Which distribution the recorded logprob of each output token was taken from.
+
+    Under a `Constraint` every engine records the same convention as without one: the grammar's
+    token mask is a sampling filter like top-k, so the logprob is the model's own (unmasked)
+    distribution and a fresh forward pass reproduces it. `ModelResponse.constrained` (exported
+    as `constrained`) says the tokens were sampled under a mask, so a trainer can drop or
+    reweigh them.
+    """
 
     # log_softmax(logits / temperature) of the sampled token, before top-p/top-k filtering:
     # the embedded transformers engine.
@@ -145,6 +152,9 @@ class ModelResponse:
     output_versions: list[int] = field(default_factory=list)
     stop_reason: StopReason = StopReason.STOP
     logprob_convention: LogprobConvention = LogprobConvention.TEMPERATURE_SCALED
+    # Sampled under a grammar's token mask (`ModelRequest.constraint`); the logprobs are still
+    # the unmasked distribution's (see `LogprobConvention`).
+    constrained: bool = False
     latency: float = 0.0  # seconds the engine spent on this request
 
     def __post_init__(self) -> None:
@@ -181,6 +191,7 @@ class TokenSequence:
     loss_mask: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
+    constrained: bool = False  # some output segment was sampled under a grammar's mask
 
     def append_prompt(self, ids: Sequence[int]) -> None:
         self.input_ids.extend(ids)
@@ -193,6 +204,7 @@ class TokenSequence:
         self.loss_mask.extend([1] * response.output_len)
         self.logprobs.extend(response.output_logprobs)
         self.versions.extend(response.output_versions)
+        self.constrained = self.constrained or response.constrained
 
     @classmethod
     def of_response(cls, response: ModelResponse) -> TokenSequence:
@@ -272,6 +284,14 @@ class InteractionWithTokenLogpReward:
             if isinstance(content, str):
                 texts.append(content)
         return "".join(texts)
+
+    @property
+    def constrained(self) -> bool:
+        """The exported tokens (this call, or its whole branch for `concat`) include tokens
+        sampled under a grammar's mask."""
+        if self.export_sequence is not None:
+            return self.export_sequence.constrained
+        return self.model_response is not None and self.model_response.constrained
 
     def token_sequence(self) -> TokenSequence:
         if self.export_sequence is not None:

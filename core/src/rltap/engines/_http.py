@@ -165,6 +165,7 @@ class HTTPEngineBase(EngineBase):
             input_tokens=list(request.input_ids),
             stop_reason=StopReason.ABORT,
             logprob_convention=self.logprob_convention,
+            constrained=request.constraint is not None,
             latency=time.perf_counter() - started,
         )
 

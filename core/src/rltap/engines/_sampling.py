@@ -2,21 +2,33 @@
 
 Every request samples with its own `torch.Generator`, so a seeded request draws the same random
 numbers whatever else is in the batch, and the recorded logprob is log_softmax(logits / T) of the
-sampled token, before top-k/top-p filtering (`LogprobConvention.TEMPERATURE_SCALED`).
+sampled token, before top-k/top-p filtering (`LogprobConvention.TEMPERATURE_SCALED`). A
+constrained row's grammar mask is one more filter, applied before top-k/top-p (as vLLM does): it
+shapes what is sampled, never the recorded logprob; unconstrained rows are computed exactly as
+in a batch without masks.
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from rltap.engines._grammar import RequestGrammar, allowed_tokens
 from rltap.types import ModelRequest, StopReason
 
-__all__ = ["RowSampler", "StopCriteria", "sample_rows"]
+__all__ = [
+    "MaskWorker",
+    "RowMasks",
+    "RowSampler",
+    "StopCriteria",
+    "grammar_masks",
+    "sample_rows",
+]
 
 
 @dataclass(slots=True)
@@ -42,12 +54,17 @@ class RowSampler:
         return cls(temperature, greedy, request.top_k, request.top_p, generator)
 
 
+# The tokens each constrained row may sample: row index -> uint8 [V] (1 = allowed).
+RowMasks = Mapping[int, torch.Tensor]
+
+
 def sample_rows(
-    logits: torch.Tensor, samplers: Sequence[RowSampler]
+    logits: torch.Tensor, samplers: Sequence[RowSampler], masks: RowMasks | None = None
 ) -> tuple[list[int], list[float]]:
     """Pick one token per row of `logits` [B, V]; return the tokens and their logprobs.
 
-    The logprob is log_softmax(logits / T)[token]; filtering only shapes what is sampled.
+    The logprob is log_softmax(logits / T)[token]; filtering (`masks`, top-k, top-p) only
+    shapes what is sampled.
     """
     logits = logits.float()
     scaled = logits
@@ -57,14 +74,21 @@ def sample_rows(
     # log_softmax, not logits - logsumexp: the two round differently (~1e-5 on a 150k
     # vocabulary), and trainers recompute logprobs with log_softmax.
     logp = torch.log_softmax(scaled, dim=-1)
+    masks = masks or {}
     tokens = [0] * len(samplers)
     greedy = [i for i, s in enumerate(samplers) if s.greedy]
     if greedy:
         for i, token in zip(greedy, scaled[greedy].argmax(dim=-1).tolist(), strict=True):
-            tokens[i] = int(token)
+            allowed = masks.get(i)
+            tokens[i] = int(token) if allowed is None else _masked_argmax(scaled[i], allowed)
     sampled = [i for i, s in enumerate(samplers) if not s.greedy]
     if sampled:
-        picks = _sample(scaled[sampled], logp[sampled], [samplers[i] for i in sampled])
+        picks = _sample(
+            scaled[sampled],
+            logp[sampled],
+            [samplers[i] for i in sampled],
+            [masks.get(i) for i in sampled],
+        )
         for i, token in zip(sampled, picks, strict=True):
             tokens[i] = token
     index = torch.tensor(tokens, device=logits.device)
@@ -72,17 +96,72 @@ def sample_rows(
     return tokens, [float(x) for x in picked.tolist()]
 
 
-def _sample(scaled: torch.Tensor, logp: torch.Tensor, samplers: Sequence[RowSampler]) -> list[int]:
+def grammar_masks(grammars: Sequence[RequestGrammar | None], vocab_size: int) -> RowMasks | None:
+    """The masks of the rows that have a grammar (None when none has: no extra cost)."""
+    rows = [i for i, grammar in enumerate(grammars) if grammar is not None]
+    if not rows:
+        return None
+    constrained = [grammar for grammar in grammars if grammar is not None]
+    allowed = torch.from_numpy(allowed_tokens(constrained, vocab_size))
+    return {row: allowed[n] for n, row in enumerate(rows)}
+
+
+class MaskWorker:
+    """Computes a step's grammar masks on a thread of its own while the model runs the step's
+    forward pass (llguidance releases the GIL), so the masks cost little wall time."""
+
+    def __init__(self) -> None:
+        self._pool: ThreadPoolExecutor | None = None
+
+    def submit(
+        self, grammars: Sequence[RequestGrammar | None], vocab_size: int
+    ) -> Future[RowMasks | None] | None:
+        """Start `grammar_masks` (None when no row has a grammar: no thread is involved)."""
+        if all(grammar is None for grammar in grammars):
+            return None
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="rltap-grammar")
+        return self._pool.submit(grammar_masks, list(grammars), vocab_size)
+
+    def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+
+def _allowed_weights(row_scaled: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    """exp(scaled - max over the allowed tokens), 0 where blocked: never all zero."""
+    masked = row_scaled.masked_fill(allowed.to(row_scaled.device) == 0, -torch.inf)
+    return (masked - masked.max()).exp()
+
+
+def _masked_argmax(row_scaled: torch.Tensor, allowed: torch.Tensor) -> int:
+    return int(_allowed_weights(row_scaled, allowed).argmax())
+
+
+def _sample(
+    scaled: torch.Tensor,
+    logp: torch.Tensor,
+    samplers: Sequence[RowSampler],
+    masks: Sequence[torch.Tensor | None],
+) -> list[int]:
     """Inverse-CDF sampling: one uniform draw per row from that row's own generator.
 
     (torch.multinomial over a 150k vocabulary costs ~10x more on CPU and draws a
-    vocabulary-dependent amount of randomness.)
+    vocabulary-dependent amount of randomness.) A constrained row's weights are its
+    probabilities times its 0/1 mask: one multiply, the CDF needs no normalising.
     """
     probs = logp.exp()
-    for row, sampler in enumerate(samplers):
+    for row, (sampler, allowed) in enumerate(zip(samplers, masks, strict=True)):
+        if allowed is not None:
+            probs[row].mul_(allowed.to(probs.device))
+            if not probs[row].any():  # every allowed token underflowed: weigh from their max
+                probs[row] = _allowed_weights(scaled[row], allowed)
         if 0 < sampler.top_k < probs.shape[1]:
-            kth = torch.topk(scaled[row], sampler.top_k).values[-1]
-            probs[row].masked_fill_(scaled[row] < kth, 0.0)
+            # The k likeliest allowed tokens (probs order them as the logits do).
+            source = scaled[row] if allowed is None else probs[row]
+            kth = torch.topk(source, sampler.top_k).values[-1]
+            probs[row].masked_fill_(source < kth, 0.0)
         if sampler.top_p < 1.0:
             probs[row] = _top_p_filter(probs[row], sampler.top_p)
     cdf = probs.double().cumsum(dim=-1)
@@ -136,6 +215,10 @@ class StopCriteria:
         self._longest = max((len(s) for s in self._stop_strings), default=0)
         self._tokenizer = tokenizer
         self._scanned = 0  # characters of output text already searched for stop strings
+
+    @property
+    def stop_token_ids(self) -> frozenset[int]:
+        return self._stop_ids
 
     def check(self, output_ids: Sequence[int]) -> StopReason | None:
         """The stop reason after the last token of `output_ids`, or None to keep going."""

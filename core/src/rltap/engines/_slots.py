@@ -8,6 +8,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from rltap.engines._grammar import RequestGrammar
 from rltap.engines._sampling import RowSampler, StopCriteria
 from rltap.types import ModelRequest, StopReason, TokenChunk
 
@@ -39,6 +40,7 @@ class Slot:
     request: ModelRequest
     sampler: RowSampler
     stops: StopCriteria
+    grammar: RequestGrammar | None = None  # the request's constraint, followed token by token
     mailbox: Mailbox = field(default_factory=Mailbox)
     output_ids: list[int] = field(default_factory=list)
     finished: bool = False  # no more tokens will be produced (set from either thread)
@@ -47,6 +49,24 @@ class Slot:
     @property
     def context_ids(self) -> list[int]:
         return self.request.input_ids + self.output_ids
+
+    @property
+    def error(self) -> BaseException | None:
+        """Why this request failed on its own (its grammar broke), or None."""
+        return None if self.grammar is None else self.grammar.error
+
+    def record(self, token: int) -> StopReason | None:
+        """Append a sampled token and advance the grammar; the stop reason, or None."""
+        self.output_ids.append(token)
+        reason = self.stops.check(self.output_ids)
+        grammar = self.grammar
+        if grammar is None:
+            return reason
+        if reason is None:
+            grammar.advance(token)
+            if grammar.complete:
+                reason = StopReason.STOP
+        return StopReason.STOP if grammar.error is not None else reason
 
 
 @dataclass(slots=True)

@@ -72,7 +72,9 @@ class EngineBase(ABC):
         """Run `request` to completion: `stream` collected into one response."""
         started = time.perf_counter()
         response = ModelResponse(
-            input_tokens=list(request.input_ids), logprob_convention=self.logprob_convention
+            input_tokens=list(request.input_ids),
+            logprob_convention=self.logprob_convention,
+            constrained=request.constraint is not None,
         )
         async with contextlib.aclosing(self.stream(request)) as chunks:
             async for chunk in chunks:

@@ -5,6 +5,13 @@ real tokenizer, appends the end-of-turn token and scores every output token by t
 real (typically tiny) model over prompt + output, so everything downstream (parsing, recording,
 export, training) sees what a real engine would produce. It is the offline stand-in users test
 their agents with, and the engine behind rltap's own end-to-end tests.
+
+Under a `Constraint` (structured outputs, a forced tool call) the script still decides the reply,
+and the engine checks it token by token with the same llguidance matcher the embedded engine
+samples under: a reply the grammar refuses fails the request with an `EngineError` that names
+the constraint and where the reply left it, so a test never passes off a reply a constrained
+real engine could not produce. JSON under a grammar is compact (`{"a":1}`, as
+`json.dumps(obj, separators=(",", ":"))` writes it).
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from typing import Any
 
 import torch
 
+from rltap.engines._grammar import GrammarTokenizer
 from rltap.engines._hf import (
     ModelHost,
     ModelSource,
@@ -117,6 +125,7 @@ class ScriptedEngine(EngineBase):
         self._failures = dict(failures or {})
         self._fail_after_tokens = fail_after_tokens
         self._aborted: dict[str, asyncio.Event] = {}
+        self._grammars = GrammarTokenizer(None, 0)
 
     @property
     def tokenizer(self) -> Any:
@@ -139,6 +148,8 @@ class ScriptedEngine(EngineBase):
             raise EngineError(msg)
         self._end_id = end_id
         self._context_limit = context_limit(self._host.model, None)
+        vocab_size = int(self._host.model.get_input_embeddings().weight.shape[0])
+        self._grammars = GrammarTokenizer(tokenizer, vocab_size)
 
     async def close(self) -> None:
         """Abort every stream in flight and stop the worker thread."""
@@ -163,6 +174,8 @@ class ScriptedEngine(EngineBase):
             messages = list(request.messages or [])
             turn = sum(1 for m in messages if m.get("role") == "assistant")
             output, reason = self._cut(request, await self._reply_ids(request, messages, turn))
+            if request.constraint is not None:
+                await asyncio.to_thread(self._check_constraint, request, output, turn)
             logprobs = await self._host.run(
                 teacher_forced_logprobs, self._host.model, request.input_ids, output
             )
@@ -194,6 +207,21 @@ class ScriptedEngine(EngineBase):
             raise EngineError(msg)
         ids: list[int] = self._host.tokenizer.encode(text, add_special_tokens=False)
         return [*ids, self._end_id]
+
+    def _check_constraint(self, request: ModelRequest, output: list[int], turn: int) -> None:
+        assert request.constraint is not None
+        end_ids = [self._end_id, *request.stop_token_ids]
+        grammar = self._grammars.matcher(request.constraint, end_ids)
+        taken, why = grammar.accepts_reply(output)
+        if taken == len(output):
+            return
+        decode = self._host.tokenizer.decode
+        msg = (
+            f"the scripted reply on turn {turn} does not match {request.constraint.reason}: "
+            f"after {decode(output[:taken])!r} the grammar refuses "
+            f"{decode(output[taken : taken + 8])!r} ({why})"
+        )
+        raise EngineError(msg)
 
     def _cut(self, request: ModelRequest, ids: list[int]) -> tuple[list[int], StopReason]:
         """Apply the request's stop ids, stop strings, max_new_tokens and the context limit."""

@@ -18,6 +18,12 @@ SGLang's default logprob is log_softmax(logits / temperature) before top-p/top-k
 reports raw logprobs: pass `logprob_convention=LogprobConvention.RAW` then. SGLang's own
 `weight_version` is a free-form string, so the policy version is the engine-side counter that
 `set_version` moves, as for vLLM.
+
+A `Constraint` goes in SGLang's sampling parameters: a reply that is one JSON value as
+`json_schema` (the schema as a JSON string; every grammar backend takes it), anything else as
+`ebnf` holding the llguidance Lark grammar, which needs a server started with
+`--grammar-backend llguidance` (its `ebnf` reads Lark; xgrammar, the default, reads GBNF only).
+The logprobs keep the server's convention, as without one.
 """
 
 from __future__ import annotations
@@ -31,7 +37,14 @@ import orjson
 from rltap.engines._http import EventReader, HTTPEngineBase
 from rltap.engines._http_errors import error_for_status
 from rltap.errors import EngineError
-from rltap.types import LogprobConvention, ModelRequest, ModelResponse, StopReason, TokenChunk
+from rltap.types import (
+    Constraint,
+    LogprobConvention,
+    ModelRequest,
+    ModelResponse,
+    StopReason,
+    TokenChunk,
+)
 
 __all__ = ["SGLangEngine", "generate_body"]
 
@@ -56,6 +69,8 @@ def generate_body(request: ModelRequest, *, stream: bool) -> dict[str, Any]:
         sampling["stop_token_ids"] = request.stop_token_ids
     if request.seed is not None:
         sampling["sampling_seed"] = request.seed
+    if request.constraint is not None:
+        sampling.update(constraint_params(request.constraint))
     return {
         "input_ids": request.input_ids,
         "sampling_params": sampling,
@@ -63,6 +78,13 @@ def generate_body(request: ModelRequest, *, stream: bool) -> dict[str, Any]:
         "stream": stream,
         "rid": request.request_id,
     }
+
+
+def constraint_params(constraint: Constraint) -> dict[str, str]:
+    """SGLang's sampling parameter for `constraint`."""
+    if constraint.json_schema is not None:
+        return {"json_schema": orjson.dumps(constraint.json_schema).decode()}
+    return {"ebnf": constraint.grammar}
 
 
 def _finish(meta_info: dict[str, Any]) -> StopReason | None:
@@ -203,6 +225,7 @@ class SGLangEngine(HTTPEngineBase):
             output_versions=[self._version] * len(token_ids),
             stop_reason=_finish(meta_info) or StopReason.STOP,
             logprob_convention=self.logprob_convention,
+            constrained=request.constraint is not None,
             latency=time.perf_counter() - started,
         )
 

@@ -5,6 +5,11 @@ rows, prefill the requests that arrived since the last step (each alone, then sp
 left-padded batch cache, see `_batcher`), run one decode forward over every row, sample one token
 per row with that request's own generator and check its stop criteria. The event loop only hands
 out the tokens, so it stays free for the proxy while the model runs.
+
+A request with a `Constraint` gets its own llguidance matcher (`_grammar`): each step its row's
+logits are masked to the tokens the grammar allows before sampling, the sampled token advances
+the matcher, and an end token is allowed only where the grammar accepts. The recorded logprob is
+still the unmasked log_softmax (see `LogprobConvention`); rows without a grammar cost nothing.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Any
 import torch
 
 from rltap.engines._batcher import KVBatch, check_cache_layout
+from rltap.engines._grammar import GrammarTokenizer
 from rltap.engines._hf import (
     ModelHost,
     ModelSource,
@@ -26,7 +32,7 @@ from rltap.engines._hf import (
     context_limit,
     default_eos_ids,
 )
-from rltap.engines._sampling import RowSampler, StopCriteria, sample_rows
+from rltap.engines._sampling import MaskWorker, RowSampler, StopCriteria, sample_rows
 from rltap.engines._slots import Emission, Slot, abort_chunk, merge_chunks
 from rltap.engines.base import EngineBase
 from rltap.errors import (
@@ -106,6 +112,8 @@ class TransformersEngine(EngineBase):
         self._context_limit = 0
         self._eos_ids: list[int] = []
         self._vocab_size = 0
+        self._grammars = GrammarTokenizer(None, 0)
+        self._masks = MaskWorker()
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -152,6 +160,7 @@ class TransformersEngine(EngineBase):
             else self._eos_override
         )
         self._vocab_size = int(model.get_input_embeddings().weight.shape[0])
+        self._grammars = GrammarTokenizer(self._host.tokenizer, self._vocab_size)
         self._wake = asyncio.Event()
         self._step_lock = asyncio.Lock()
         self._loop_task = asyncio.create_task(self._run(), name="rltap-transformers-decode-loop")
@@ -167,6 +176,7 @@ class TransformersEngine(EngineBase):
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self._host.close()  # waits for a step still running on the worker thread
+        self._masks.close()
         for slot in list(self._slots.values()):
             self._finish(slot, abort_chunk())
         self._pending.clear()
@@ -184,6 +194,11 @@ class TransformersEngine(EngineBase):
             msg = "the engine was closed while this request waited for it to start"
             raise EngineUnavailable(msg)
         slot = self._new_slot(request)
+        if request.constraint is not None:  # compiling may take a while: off the loop
+            end_ids = sorted(slot.stops.stop_token_ids)
+            slot.grammar = await asyncio.to_thread(
+                self._grammars.matcher, request.constraint, end_ids
+            )
         self._slots[request.request_id] = slot
         self._pending.append(slot)
         assert self._wake is not None
@@ -319,6 +334,9 @@ class TransformersEngine(EngineBase):
         for e in emissions:
             if e.slot.closed:
                 continue  # aborted while the step ran: the token was never handed out
+            if e.slot.error is not None:
+                self._finish(e.slot, e.slot.error)
+                continue
             e.slot.mailbox.put(
                 TokenChunk(
                     token_ids=[e.token],
@@ -341,14 +359,16 @@ class TransformersEngine(EngineBase):
                 batch.add(slot, self._prefill(context[:-1]), len(context) - 1, context[-1])
         if not batch.rows:
             return []
+        masking = self._masks.submit([s.grammar for s in batch.rows], self._vocab_size)
         out = self._host.model(**batch.step_inputs(self._cache_kwarg))
-        tokens, logprobs = sample_rows(out.logits[:, -1, :], [s.sampler for s in batch.rows])
+        masks = masking.result() if masking is not None else None
+        samplers = [s.sampler for s in batch.rows]
+        tokens, logprobs = sample_rows(out.logits[:, -1, :], samplers, masks)
         batch.advance(tokens)
         version = self._version
         emissions = []
         for slot, token, logprob in zip(batch.rows, tokens, logprobs, strict=True):
-            slot.output_ids.append(token)
-            reason = slot.stops.check(slot.output_ids)
+            reason = slot.record(token)
             if reason is not None:
                 slot.finished = True
             emissions.append(Emission(slot, token, logprob, version, reason))

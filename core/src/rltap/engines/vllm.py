@@ -6,6 +6,16 @@ Each request is one `POST /v1/completions` whose prompt is the token-id list its
 log_softmax(logits) before temperature and filtering, unless the server was started with
 `--logprobs-mode processed_logprobs`; pass the matching `logprob_convention`.
 
+A `Constraint` goes in vLLM's `structured_outputs` field (vLLM >= 0.11; the older `guided_json`
+/ `guided_grammar` fields are gone): a reply that is one JSON value as `{"json": schema}`, which
+every vLLM backend takes, anything else (a tool call, tool call | schema) as `{"grammar": lark}`
+in llguidance's Lark dialect, which needs vLLM's guidance backend (`auto` falls back to it when
+xgrammar cannot read a grammar). Start vLLM with `--structured-outputs-config '{"backend":
+"guidance"}'`: it runs the same library as the embedded engine, and it honours the compact-JSON
+option the schema carries (`x-guidance`); vLLM takes whitespace settings from its server config
+only, so an xgrammar server needs `"disable_any_whitespace": true` there for compact JSON. The
+logprobs stay vLLM's own (raw by default), as without a constraint.
+
 vLLM does not know rltap's policy versions: the engine keeps the counter that `set_version`
 moves after a trainer pushed new weights, and stamps it on every token it receives.
 
@@ -25,7 +35,14 @@ import orjson
 from rltap.engines._http import EventReader, HTTPEngineBase
 from rltap.engines._http_errors import error_for_status
 from rltap.errors import EngineError
-from rltap.types import LogprobConvention, ModelRequest, ModelResponse, StopReason, TokenChunk
+from rltap.types import (
+    Constraint,
+    LogprobConvention,
+    ModelRequest,
+    ModelResponse,
+    StopReason,
+    TokenChunk,
+)
 
 __all__ = ["VLLMEngine", "completion_body"]
 
@@ -59,7 +76,21 @@ def completion_body(request: ModelRequest, model: str | None, *, stream: bool) -
         body["stop_token_ids"] = request.stop_token_ids
     if request.stop:
         body["stop"] = request.stop
+    if request.constraint is not None:
+        body["structured_outputs"] = structured_outputs(request.constraint)
     return body
+
+
+def structured_outputs(constraint: Constraint) -> dict[str, Any]:
+    """vLLM's `structured_outputs` request field for `constraint`."""
+    schema = constraint.json_schema
+    if schema is None:
+        return {"grammar": constraint.grammar}
+    # Compact JSON: vLLM reads whitespace only from its server config, llguidance (the
+    # guidance backend) also from the schema's own `x-guidance` options.
+    options = schema.get("x-guidance")
+    compact = {**(options if isinstance(options, dict) else {}), "whitespace_flexible": False}
+    return {"json": {**schema, "x-guidance": compact}}
 
 
 def _stop_reason(finish_reason: str) -> StopReason:
@@ -194,6 +225,7 @@ class VLLMEngine(HTTPEngineBase):
             output_versions=[self._version] * len(token_ids),
             stop_reason=_stop_reason(str(choice.get("finish_reason") or "stop")),
             logprob_convention=self.logprob_convention,
+            constrained=request.constraint is not None,
             latency=time.perf_counter() - started,
         )
 

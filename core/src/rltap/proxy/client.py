@@ -166,6 +166,7 @@ def interactions_from_export(body: dict[str, Any]) -> dict[str, InteractionWithT
             loss_mask=tensors["loss_mask"][0].tolist(),
             logprobs=tensors["logprobs"][0].tolist(),
             versions=tensors["versions"][0].tolist(),
+            constrained=bool(item["constrained"]),
         )
         prompt_len = item["input_len"] if body.get("style") == "individual" else None
         response = None
@@ -177,6 +178,7 @@ def interactions_from_export(body: dict[str, Any]) -> dict[str, InteractionWithT
                 output_versions=sequence.versions[prompt_len:],
                 stop_reason=StopReason(item["stop_reason"]),
                 logprob_convention=LogprobConvention(item["logprob_convention"]),
+                constrained=sequence.constrained,
             )
         rebuilt[item["interaction_id"]] = InteractionWithTokenLogpReward(
             model_response=response,

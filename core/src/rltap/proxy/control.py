@@ -209,6 +209,7 @@ def _encode(node: InteractionWithTokenLogpReward) -> dict[str, Any]:
         "output_len": response.output_len,
         "stop_reason": response.stop_reason.value,
         "logprob_convention": response.logprob_convention.value,
+        "constrained": node.constrained,
         "tensors": encode_tensors(node.to_arrays()),
     }
 
