@@ -240,6 +240,7 @@ class Session:
         response = ModelResponse(
             input_tokens=model_request.input_ids,
             logprob_convention=self.engine.logprob_convention,
+            constrained=model_request.constraint is not None,
         )
         finished = False
         started = time.perf_counter()
