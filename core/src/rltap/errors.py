@@ -9,7 +9,8 @@ Code raises these; the proxy turns them into the OpenAI or Anthropic error envel
     ├── AuthenticationError (401)
     ├── PermissionDenied (403)
     ├── NotFound (404)
-    │   └── InteractionNotFound (404)
+    │   ├── InteractionNotFound (404)
+    │   └── ThreadNotFound (404: an Anthropic `thread` continues a message the session lacks)
     ├── Conflict (409)
     │   └── ExportMismatch (409: a child's prompt does not extend its parent's tokens)
     ├── SessionGone (410)
@@ -39,6 +40,7 @@ __all__ = [
     "PermissionDenied",
     "RltapError",
     "SessionGone",
+    "ThreadNotFound",
     "error_for_status",
 ]
 
@@ -91,6 +93,11 @@ class NotFound(RltapError):
 
 class InteractionNotFound(NotFound):
     code = "interaction_not_found"
+
+
+class ThreadNotFound(NotFound):
+    # Anthropic's `error_code`: the SDK's thread then replays the whole history.
+    code = "thread_not_found"
 
 
 class Conflict(RltapError):

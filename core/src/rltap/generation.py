@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from rltap.chat.parsed import Delta, ParsedOutput
+from rltap.errors import InvalidRequest
 from rltap.types import ModelResponse
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "GenerationStart",
     "StreamEvent",
     "ToolChoice",
+    "UnsupportedContent",
 ]
 
 # The name of a registered wire API (`rltap.protocols.SPECS`): "chat", "responses", "messages".
@@ -38,6 +40,23 @@ Api = str
 FinishReason = Literal["stop", "length", "tool_calls", "abort"]
 # "auto", "none", "required", or {"name": function_name} for a named function.
 ToolChoice = str | dict[str, str]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UnsupportedContent:
+    """A content part the model cannot take (an image, audio, a file), taken out of the
+    canonical messages: its `type` and its path in the request (`messages[1].content[0]`)."""
+
+    type: str
+    param: str
+
+    def error(self) -> InvalidRequest:
+        """The 400 that refuses the request for this part."""
+        msg = (
+            f"content of type {self.type!r} at {self.param} is not supported: this model reads "
+            "text only (a server started with --drop-unsupported-content drops such parts)"
+        )
+        return InvalidRequest(msg, param=self.param)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -72,6 +91,12 @@ class CanonicalRequest:
     top_logprobs: int | None = None
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     previous_response_id: str | None = None
+    # Anthropic `thread: {"type": "continue"}`: `previous_response_id` is the message it continues,
+    # whose tools carry over (the client sends none: the thread holds them).
+    continues_thread: bool = False
+    # Parts the protocol took out of `messages` because the model cannot take them; the session
+    # refuses the request for them unless its config drops them (`rltap.protocols._content`).
+    unsupported_content: list[UnsupportedContent] = field(default_factory=list)
     # Responses `instructions`: a system message before the conversation, for this call only
     # (a call that continues it by `previous_response_id` does not carry it over, as OpenAI).
     instructions: str | None = None

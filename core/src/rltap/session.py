@@ -13,7 +13,6 @@ closing the engine's stream.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 from collections.abc import AsyncGenerator, Sequence
@@ -28,7 +27,7 @@ from rltap.chat.renderer import ChatRenderer
 from rltap.chat.stop_strings import matched_stop_string
 from rltap.chat.streaming import OutputParser
 from rltap.engines.base import InferenceEngine
-from rltap.errors import ContextLengthExceeded, EngineError, NotFound
+from rltap.errors import ContextLengthExceeded, EngineError, NotFound, ThreadNotFound
 from rltap.generation import (
     Api,
     CanonicalRequest,
@@ -40,6 +39,7 @@ from rltap.generation import (
     StreamEvent,
 )
 from rltap.ids import random_hex
+from rltap.interleave import interleave
 from rltap.protocols import spec_named
 from rltap.types import (
     InteractionWithTokenLogpReward,
@@ -99,7 +99,7 @@ class Session:
         """Every choice of `request`, finished."""
         if request.n == 1 and not request.stream:
             # Most calls: one choice, not streamed. A coroutine, no event stream in between.
-            messages = self._resolve_history(request)
+            messages = self._history(request)
             interaction, model_request = self._start(request, messages, 0)
             return [await self._complete(request, interaction.interaction_id, model_request, 0)]
         generations = [
@@ -112,10 +112,26 @@ class Session:
 
     def stream(self, request: CanonicalRequest) -> AsyncGenerator[StreamEvent, None]:
         """Events of every choice as the engine produces tokens (choices interleave for n > 1)."""
-        messages = self._resolve_history(request)
+        messages = self._history(request)
         if request.n == 1:
             return self._choice(request, messages, 0)
-        return self._merge(request, messages)
+        return interleave([self._choice(request, messages, i) for i in range(request.n)])
+
+    def count_tokens(self, request: CanonicalRequest) -> int:
+        """The prompt tokens of `request` as its generation would render them (the parent found
+        the same way, in concat mode its tokens reused); nothing is recorded or generated."""
+        messages = self._history(request)
+        tools = request.tools if request.tool_choice != "none" else None
+        parent = self.cache.find_parent(messages, tools_context(tools))
+        kwargs = request.template_kwargs
+        prompt = self.renderer.render(messages, tools=tools, parent=parent, template_kwargs=kwargs)
+        return len(prompt.input_ids)
+
+    def _history(self, request: CanonicalRequest) -> list[dict[str, Any]]:
+        """The call's whole conversation, once its content is one the model can take."""
+        if request.unsupported_content and not self.config.drop_unsupported_content:
+            raise request.unsupported_content[0].error()
+        return self._resolve_history(request)
 
     def _resolve_history(self, request: CanonicalRequest) -> list[dict[str, Any]]:
         """The call's whole prompt: its instructions, the conversation of the response it
@@ -125,41 +141,11 @@ class Session:
             return [*own, *request.messages] if own else request.messages
         previous = self.cache.get(request.previous_response_id)
         if previous is None or not previous.is_complete:
-            msg = f"previous response {request.previous_response_id!r} not found in this session"
-            raise NotFound(msg, param="previous_response_id")
+            raise _previous_not_found(request)
+        if request.continues_thread and request.tools is None:
+            request.tools = previous.tools  # the thread keeps them; the client sends none
         carried = previous.messages[previous.instruction_messages :]
         return [*own, *carried, *(previous.output_message_list or []), *request.messages]
-
-    async def _merge(
-        self, request: CanonicalRequest, messages: list[dict[str, Any]]
-    ) -> AsyncGenerator[StreamEvent, None]:
-        queue: asyncio.Queue[StreamEvent | BaseException | None] = asyncio.Queue()
-
-        async def pump(index: int) -> None:
-            try:
-                async for event in self._choice(request, messages, index):
-                    queue.put_nowait(event)
-            except BaseException as exc:  # handed to the consumer, which re-raises it
-                queue.put_nowait(exc)
-                raise
-            finally:
-                queue.put_nowait(None)
-
-        tasks = [asyncio.create_task(pump(i)) for i in range(request.n)]
-        try:
-            running = len(tasks)
-            while running:
-                item = await queue.get()
-                if item is None:
-                    running -= 1
-                elif isinstance(item, BaseException):
-                    raise item
-                else:
-                    yield item
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
 
     def _model_request(
         self, request: CanonicalRequest, messages: list[dict[str, Any]], ids: list[int], index: int
@@ -363,6 +349,15 @@ class Session:
             token_texts=self._token_texts(response.output_tokens) if request.logprobs else [],
             created=created,
         )
+
+
+def _previous_not_found(request: CanonicalRequest) -> NotFound:
+    name = request.previous_response_id
+    if request.continues_thread:
+        msg = f"no message {name!r} to continue in this session"
+        return ThreadNotFound(msg, param="thread.previous_message_id")
+    msg = f"previous response {name!r} not found in this session"
+    return NotFound(msg, param="previous_response_id")
 
 
 def _check_not_aborted(response: ModelResponse) -> None:

@@ -13,7 +13,7 @@ from anthropic.types import Message
 
 from rltap.canonical import canonical_message
 from rltap.errors import InvalidRequest
-from rltap.generation import CanonicalRequest, Generation
+from rltap.generation import CanonicalRequest, Generation, UnsupportedContent
 from rltap.protocols import anthropic_messages
 from rltap.protocols.anthropic_messages import ID_PREFIX, build_response, parse_request
 
@@ -96,18 +96,8 @@ from .support import (
                     }
                 ]
             },
-            [
-                {
-                    "role": "user",
-                    "content": [
-                        {"type": "text", "text": "What is this?"},
-                        {
-                            "type": "image",
-                            "source": {"type": "base64", "media_type": "image/png", "data": "iVBO"},
-                        },
-                    ],
-                }
-            ],
+            # The image is taken out and listed (test_unsupported_blocks_are_listed).
+            [{"role": "user", "content": "What is this?"}],
             id="user-text-and-image",
         ),
         pytest.param(
@@ -278,14 +268,7 @@ from .support import (
             },
             [
                 {"role": "tool", "tool_call_id": "t", "content": ""},
-                {
-                    "role": "tool",
-                    "tool_call_id": "u",
-                    "content": [
-                        {"type": "text", "text": "shot"},
-                        {"type": "image", "source": {"type": "url", "url": "http://x/y.png"}},
-                    ],
-                },
+                {"role": "tool", "tool_call_id": "u", "content": "shot"},
             ],
             id="tool-result-empty-and-with-image",
         ),
@@ -300,6 +283,63 @@ def test_messages_convert_to_canonical(
     fields: dict[str, Any], expected: list[dict[str, Any]]
 ) -> None:
     assert parse_request(body(**fields)).messages == expected
+
+
+def test_unsupported_blocks_are_listed() -> None:
+    image = {"type": "image", "source": {"type": "url", "url": "http://x/y.png"}}
+    document = {"type": "document", "source": {"type": "text", "data": "d"}}
+    request = parse_request(
+        body(
+            messages=[
+                {"role": "user", "content": [{"type": "text", "text": "look"}, image]},
+                {"role": "assistant", "content": "ok"},
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "tool_result", "tool_use_id": "t", "content": [document]},
+                        {"type": "search_result", "source": "s", "title": "t", "content": []},
+                    ],
+                },
+            ]
+        )
+    )
+    assert request.unsupported_content == [
+        UnsupportedContent(type="image", param="messages[0].content[1]"),
+        UnsupportedContent(type="document", param="messages[2].content[0].content[0]"),
+        UnsupportedContent(type="search_result", param="messages[2].content[1]"),
+    ]
+    assert request.messages == [
+        {"role": "user", "content": "look"},
+        {"role": "assistant", "content": "ok"},
+        {"role": "tool", "tool_call_id": "t", "content": ""},
+    ]
+    assert parse_request(body()).unsupported_content == []
+
+
+def test_thread_continue_names_the_message_it_continues() -> None:
+    thread = {"type": "continue", "previous_message_id": "msg_1"}
+    request = parse_request(body(thread=thread))
+    assert (request.previous_response_id, request.continues_thread) == ("msg_1", True)
+    created = parse_request(body(thread={"type": "create"}))
+    assert (created.previous_response_id, created.continues_thread) == (None, False)
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        pytest.param({"thread": {"type": "continue"}}, "thread.previous_message_id", id="no-id"),
+        pytest.param(
+            {"thread": {"type": "continue", "previous_message_id": "m"}, "system": "s"},
+            "system",
+            id="system-on-continue",
+        ),
+        pytest.param({"thread": {"type": "fork"}}, "thread.type", id="unknown-type"),
+    ],
+)
+def test_thread_mistakes_are_400(fields: dict[str, Any], param: str) -> None:
+    with pytest.raises(InvalidRequest) as info:
+        parse_request(body(**fields))
+    assert info.value.param == param
 
 
 def test_request_fields_convert() -> None:

@@ -13,6 +13,7 @@ from openai.types.chat import ChatCompletion
 
 from rltap.canonical import canonical_message
 from rltap.errors import InvalidRequest
+from rltap.generation import UnsupportedContent
 from rltap.protocols import openai_chat as proto
 
 from .support import SCENARIOS, USER, Scenario, generation_of, request
@@ -28,8 +29,8 @@ TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "ob
         pytest.param(USER, USER, id="user-string"),
         pytest.param(
             {"role": "user", "content": [{"type": "text", "text": "a"}, IMAGE]},
-            {"role": "user", "content": [{"type": "text", "text": "a"}, IMAGE]},
-            id="user-parts-image-passes-through",
+            {"role": "user", "content": [{"type": "text", "text": "a"}]},
+            id="user-parts-image-taken-out",
         ),
         pytest.param(
             {"role": "user", "content": "x", "name": "bob"},
@@ -108,6 +109,31 @@ TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "ob
 )
 def test_message_forms(message: dict[str, Any], expected: dict[str, Any]) -> None:
     assert proto.parse_request({"messages": [message]}).messages == [expected]
+
+
+def test_parts_the_model_cannot_read_are_listed_where_they_were() -> None:
+    audio = {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}
+    file = {"type": "file", "file": {"file_id": "file-1"}}
+    refusal = {"type": "refusal", "refusal": "no"}
+    request = proto.parse_request(
+        {
+            "messages": [
+                {"role": "user", "content": [IMAGE, {"type": "text", "text": "a"}]},
+                {"role": "assistant", "content": [refusal]},
+                {"role": "user", "content": [audio, file]},
+            ]
+        }
+    )
+    assert request.unsupported_content == [
+        UnsupportedContent(type="image_url", param="messages[0].content[0]"),
+        UnsupportedContent(type="input_audio", param="messages[2].content[0]"),
+        UnsupportedContent(type="file", param="messages[2].content[1]"),
+    ]
+    assert [m["content"] for m in request.messages] == [
+        [{"type": "text", "text": "a"}],
+        [refusal],  # the model's own words, echoed back: kept
+        [],
+    ]
 
 
 @pytest.mark.parametrize(

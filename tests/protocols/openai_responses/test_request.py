@@ -13,6 +13,7 @@ from openai.types.responses import Response
 
 from rltap.canonical import canonical_message
 from rltap.errors import InvalidRequest
+from rltap.generation import UnsupportedContent
 from rltap.protocols import openai_responses as proto
 
 from .support import (
@@ -82,14 +83,11 @@ REASONING = {
                     }
                 ]
             },
+            # The image is taken out and listed (test_parts_the_model_cannot_read_are_listed).
             [
                 {
                     "role": "user",
-                    "content": [
-                        {"type": "text", "text": "a"},
-                        {"type": "input_image", "image_url": "data:x", "detail": "auto"},
-                        {"type": "text", "text": "b"},
-                    ],
+                    "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}],
                 }
             ],
             id="content-parts",
@@ -226,6 +224,34 @@ def test_input_becomes_canonical_messages(
     body: dict[str, Any], messages: list[dict[str, Any]]
 ) -> None:
     assert proto.parse_request({"model": "m", **body}).messages == messages
+
+
+def test_parts_the_model_cannot_read_are_listed() -> None:
+    request = proto.parse_request(
+        {
+            "model": "m",
+            "instructions": "be brief",
+            "input": [
+                {"role": "user", "content": [{"type": "input_file", "file_id": "file-1"}]},
+                {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
+                {
+                    "type": "function_call_output",
+                    "call_id": "c",
+                    "output": [
+                        {"type": "input_text", "text": "seen"},
+                        {"type": "input_image", "image_url": "data:x"},
+                    ],
+                },
+                {"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]},
+            ],
+        }
+    )
+    assert request.unsupported_content == [
+        UnsupportedContent(type="input_file", param="input[0].content[0]"),
+        UnsupportedContent(type="input_image", param="input[2].output[1]"),
+        UnsupportedContent(type="input_audio", param="input[3].content[0]"),
+    ]
+    assert request.messages[2]["content"] == [{"type": "text", "text": "seen"}]
 
 
 def test_request_options() -> None:

@@ -25,6 +25,7 @@ from rltap.proxy.errors import install_error_handlers
 from rltap.proxy.metrics import ProxyMetrics
 from rltap.proxy.middleware import BodyLimitMiddleware, MetricsMiddleware
 from rltap.proxy.state import ProxyConfig, ProxyState, SessionStore
+from rltap.proxy.token_count import TOKEN_COUNT_ROUTER
 from rltap.session import Session
 
 __all__ = ["create_app"]
@@ -63,7 +64,9 @@ def create_app(engine: InferenceEngine, renderer: ChatRenderer, config: ProxyCon
     routers = (*control.ROUTERS, conversations.ROUTER)
     for router in routers:
         app.include_router(router)
+    app.include_router(TOKEN_COUNT_ROUTER)
     documented = [*generation.DOCUMENTED, *(r for router in routers for r in router.routes)]
+    documented += TOKEN_COUNT_ROUTER.routes
     routes = [route.path for route in documented if isinstance(route, APIRoute)]
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=config.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=state.metrics, routes=routes)

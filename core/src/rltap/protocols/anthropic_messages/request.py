@@ -5,11 +5,13 @@ it, see `rltap.canonical`):
 
 - `system` (a string or text blocks) becomes one leading system message; an empty one none.
 - A user message's blocks are read in order: each `tool_result` block becomes one canonical
-  `{"role": "tool", "tool_call_id", "content"}` message, the other blocks (text, image, document,
-  ...) between them one user message. So `[tool_result, tool_result, text]` is two tool messages
-  followed by a user message. `cache_control` is dropped from every block: clients move it from
-  turn to turn, and it must not make the same history look different.
-- A tool result's content is its string, its text blocks joined, or (with images) a part list.
+  `{"role": "tool", "tool_call_id", "content"}` message, the text blocks between them one user
+  message. So `[tool_result, tool_result, text]` is two tool messages followed by a user message.
+  Blocks the model cannot read (image, document, search_result, ...; in a tool result too) are
+  taken out and listed with their path (`rltap.protocols._content`). `cache_control` is dropped
+  from every block: clients move it from turn to turn, and it must not make the same history look
+  different.
+- A tool result's content is its string, or its text blocks joined.
   `is_error: true` stays on the tool message as `"is_error": True`, outside the text: the model
   reads the same tool output it would through the OpenAI APIs, and canonical forms ignore the key.
 - An assistant message is ONE canonical assistant message: its text blocks joined (a streamed
@@ -21,6 +23,12 @@ it, see `rltap.canonical`):
   missing means "as many as the context allows". Values < 1 are rejected.
 - `thinking: {"type": "enabled" | "adaptive" | "between_tools"}` sets the template's
   `enable_thinking` to True, `{"type": "disabled"}` to False; no `thinking` leaves it unset.
+- `thread: {"type": "continue", "previous_message_id"}` (the SDK's `tool_runner` sends it with
+  only the new messages) continues that message of the session, as Responses'
+  `previous_response_id` does: its conversation precedes `messages`, and its tools carry over
+  when `tools` is left out; `system` cannot be changed on a continuation (400). A message the
+  session lacks is a 404 with `error_code: "thread_not_found"`, on which the SDK replays the
+  whole history. `{"type": "create"}` is a plain request.
 - Only client tools (`input_schema`, no `type` or `type: "custom"`) are supported; Anthropic's
   server tools (web search, code execution, ...) cannot run here and are rejected.
 - `tool_choice` and the output format (`output_config.format`, the beta's `output_format`): see
@@ -30,15 +38,24 @@ it, see `rltap.canonical`):
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-import orjson
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+from pydantic import BaseModel, ConfigDict, Field
 
 from rltap.chat.constraints import check_request_schemas
 from rltap.errors import InvalidRequest
-from rltap.generation import CanonicalRequest
+from rltap.generation import CanonicalRequest, UnsupportedContent
+from rltap.protocols.anthropic_messages.content import (
+    ContentBlockParam,
+    MessageParam,
+    OtherBlockParam,
+    RedactedThinkingBlockParam,
+    TextBlockParam,
+    ThinkingBlockParam,
+    ToolResultBlockParam,
+    ToolUseBlockParam,
+    canonical_messages,
+)
 from rltap.protocols.anthropic_messages.reply_shape import (
     JSONOutputFormatParam,
     OutputConfigParam,
@@ -58,6 +75,7 @@ __all__ = [
     "TextBlockParam",
     "ThinkingBlockParam",
     "ThinkingConfigParam",
+    "ThreadParam",
     "ToolChoiceParam",
     "ToolParam",
     "ToolResultBlockParam",
@@ -71,84 +89,18 @@ class _WireModel(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
-class TextBlockParam(_WireModel):
-    type: Literal["text"]
-    text: str
-
-
-class ToolUseBlockParam(_WireModel):
-    type: Literal["tool_use"]
-    id: str
-    name: str
-    input: dict[str, Any]
-
-
-class ThinkingBlockParam(_WireModel):
-    type: Literal["thinking"]
-    thinking: str
-    signature: str | None = None
-
-
-class RedactedThinkingBlockParam(_WireModel):
-    type: Literal["redacted_thinking"]
-    data: str
-
-
-class OtherBlockParam(_WireModel):
-    """Any other block (image, document, search_result, ...): passed through as a content part."""
-
-    type: str
-
-
-def _block_tag(value: Any) -> str:
-    # Tags are class names so that `_validation` drops them from the reported parameter path.
-    kind = value.get("type") if isinstance(value, Mapping) else getattr(value, "type", None)
-    return _BLOCK_TAGS.get(kind, "OtherBlockParam") if isinstance(kind, str) else "OtherBlockParam"
-
-
-ToolResultContentParam = Annotated[
-    Annotated[TextBlockParam, Tag("TextBlockParam")]
-    | Annotated[OtherBlockParam, Tag("OtherBlockParam")],
-    Discriminator(_block_tag),
-]
-
-
-class ToolResultBlockParam(_WireModel):
-    type: Literal["tool_result"]
-    tool_use_id: str
-    content: str | list[ToolResultContentParam] | None = None
-    is_error: bool | None = None
-
-
-_BLOCK_TAGS = {
-    "text": "TextBlockParam",
-    "tool_use": "ToolUseBlockParam",
-    "tool_result": "ToolResultBlockParam",
-    "thinking": "ThinkingBlockParam",
-    "redacted_thinking": "RedactedThinkingBlockParam",
-}
-
-ContentBlockParam = Annotated[
-    Annotated[TextBlockParam, Tag("TextBlockParam")]
-    | Annotated[ToolUseBlockParam, Tag("ToolUseBlockParam")]
-    | Annotated[ToolResultBlockParam, Tag("ToolResultBlockParam")]
-    | Annotated[ThinkingBlockParam, Tag("ThinkingBlockParam")]
-    | Annotated[RedactedThinkingBlockParam, Tag("RedactedThinkingBlockParam")]
-    | Annotated[OtherBlockParam, Tag("OtherBlockParam")],
-    Discriminator(_block_tag),
-]
-
-
-class MessageParam(_WireModel):
-    role: Literal["user", "assistant"]
-    content: str | list[ContentBlockParam]
-
-
 class ToolParam(_WireModel):
     name: str
     description: str | None = None
     input_schema: dict[str, Any] | None = None
     type: str | None = None
+
+
+class ThreadParam(_WireModel):
+    """`thread`: `{"type": "create"}` or `{"type": "continue", "previous_message_id": ...}`."""
+
+    type: Literal["create", "continue"]
+    previous_message_id: str | None = None
 
 
 class ThinkingConfigParam(_WireModel):
@@ -176,11 +128,13 @@ class MessageCreateParams(_WireModel):
     # sent by SDKs before `output_config.format` replaced it.
     output_format: JSONOutputFormatParam | None = None
     metadata: dict[str, Any] | None = None
+    thread: ThreadParam | None = None
 
 
 def to_canonical(params: MessageCreateParams) -> CanonicalRequest:
     """The canonical form of a validated request (cross-field checks raise `InvalidRequest`)."""
     _check_sampling(params)
+    unsupported: list[UnsupportedContent] = []
     tools = _canonical_tools(params.tools)
     tool_choice, parallel = canonical_tool_choice(params.tool_choice, tools)
     template_kwargs: dict[str, Any] = {}
@@ -189,7 +143,7 @@ def to_canonical(params: MessageCreateParams) -> CanonicalRequest:
     request = CanonicalRequest(
         api="messages",
         model=params.model,
-        messages=_canonical_messages(params),
+        messages=canonical_messages(params.system, params.messages, unsupported),
         tools=tools,
         tool_choice=tool_choice,
         parallel_tool_calls=parallel,
@@ -202,12 +156,28 @@ def to_canonical(params: MessageCreateParams) -> CanonicalRequest:
         stream=bool(params.stream),
         template_kwargs=template_kwargs,
         metadata=dict(params.metadata or {}),
+        previous_response_id=_continued_message(params),
+        continues_thread=params.thread is not None and params.thread.type == "continue",
+        unsupported_content=unsupported,
     )
     schema_param = "output_format.schema" if params.output_format else "output_config.format.schema"
     check_request_schemas(
         request, schema_param=schema_param, tool_param=lambda i: f"tools[{i}].input_schema"
     )
     return request
+
+
+def _continued_message(params: MessageCreateParams) -> str | None:
+    thread = params.thread
+    if thread is None or thread.type == "create":
+        return None
+    if not thread.previous_message_id:
+        msg = "Missing required parameter: 'thread.previous_message_id'."
+        raise InvalidRequest(msg, param="thread.previous_message_id")
+    if params.system:
+        msg = "a thread continuation keeps the thread's system prompt; 'system' cannot be sent"
+        raise InvalidRequest(msg, param="system")
+    return thread.previous_message_id
 
 
 def _check_sampling(params: MessageCreateParams) -> None:
@@ -243,104 +213,3 @@ def _canonical_tools(tools: list[ToolParam] | None) -> list[dict[str, Any]] | No
         function["parameters"] = tool.input_schema
         canonical.append({"type": "function", "function": function})
     return canonical
-
-
-def _canonical_messages(params: MessageCreateParams) -> list[dict[str, Any]]:
-    messages: list[dict[str, Any]] = []
-    system: str | list[dict[str, Any]] | None
-    if isinstance(params.system, list):
-        system = _content_of_parts([{"type": "text", "text": b.text} for b in params.system])
-    else:
-        system = params.system
-    if system:
-        messages.append({"role": "system", "content": system})
-    for i, message in enumerate(params.messages):
-        if message.role == "assistant":
-            messages.append(_assistant_message(message.content, i))
-        else:
-            messages.extend(_user_messages(message.content, i))
-    return messages
-
-
-def _assistant_message(content: str | list[Any], i: int) -> dict[str, Any]:
-    if isinstance(content, str):
-        return {"role": "assistant", "content": content}
-    texts: list[str] = []
-    reasoning: list[str] = []
-    calls: list[dict[str, Any]] = []
-    for j, block in enumerate(content):
-        if isinstance(block, TextBlockParam):
-            texts.append(block.text)
-        elif isinstance(block, ThinkingBlockParam):
-            reasoning.append(block.thinking)
-        elif isinstance(block, ToolUseBlockParam):
-            arguments = orjson.dumps(block.input).decode()
-            function = {"name": block.name, "arguments": arguments}
-            calls.append({"id": block.id, "type": "function", "function": function})
-        elif not isinstance(block, RedactedThinkingBlockParam):
-            msg = f"content block type {block.type!r} is not supported in assistant messages"
-            raise InvalidRequest(msg, param=f"messages[{i}].content[{j}].type")
-    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
-    if calls:
-        message["tool_calls"] = calls
-    if reasoning:
-        message["reasoning_content"] = "".join(reasoning)
-    return message
-
-
-def _user_messages(content: str | list[Any], i: int) -> list[dict[str, Any]]:
-    if isinstance(content, str):
-        return [{"role": "user", "content": content}]
-    messages: list[dict[str, Any]] = []
-    parts: list[dict[str, Any]] = []
-    for j, block in enumerate(content):
-        if isinstance(block, ToolResultBlockParam):
-            if parts:
-                messages.append({"role": "user", "content": _content_of_parts(parts)})
-                parts = []
-            messages.append(_tool_message(block))
-        elif isinstance(block, ToolUseBlockParam | ThinkingBlockParam | RedactedThinkingBlockParam):
-            msg = f"content block type {block.type!r} is only allowed in assistant messages"
-            raise InvalidRequest(msg, param=f"messages[{i}].content[{j}].type")
-        else:
-            parts.append(_content_part(block))
-    if parts or not messages:
-        messages.append({"role": "user", "content": _content_of_parts(parts)})
-    return messages
-
-
-def _content_part(block: TextBlockParam | OtherBlockParam) -> dict[str, Any]:
-    if isinstance(block, TextBlockParam):
-        return {"type": "text", "text": block.text}
-    return block.model_dump(exclude={"cache_control"})
-
-
-def _content_of_parts(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
-    if not parts:
-        return ""
-    if len(parts) == 1 and parts[0]["type"] == "text":
-        text: str = parts[0]["text"]
-        return text
-    return parts
-
-
-def _tool_message(block: ToolResultBlockParam) -> dict[str, Any]:
-    content: str | list[dict[str, Any]]
-    if block.content is None:
-        content = ""
-    elif isinstance(block.content, str):
-        content = block.content
-    else:
-        parts = [_content_part(part) for part in block.content]
-        if all(part["type"] == "text" for part in parts):
-            content = "".join(part["text"] for part in parts)
-        else:
-            content = parts
-    message: dict[str, Any] = {
-        "role": "tool",
-        "tool_call_id": block.tool_use_id,
-        "content": content,
-    }
-    if block.is_error:
-        message["is_error"] = True
-    return message

@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from rltap.errors import RltapError
+from rltap.errors import RltapError, ThreadNotFound
 from rltap.generation import CanonicalRequest, Generation
 
 __all__ = [
@@ -156,5 +156,9 @@ def anthropic_error_type(exc: RltapError) -> str:
 
 
 def error_body(exc: RltapError) -> dict[str, Any]:
-    """The Anthropic error envelope: `{"type": "error", "error": {"type", "message"}}`."""
-    return {"type": "error", "error": {"type": anthropic_error_type(exc), "message": exc.message}}
+    """The Anthropic error envelope: `{"type": "error", "error": {"type", "message"}}`, and
+    `details: {"error_code"}` for a thread error (the SDK's threads recover on its code)."""
+    error: dict[str, Any] = {"type": anthropic_error_type(exc), "message": exc.message}
+    if isinstance(exc, ThreadNotFound):
+        error["details"] = {"error_code": exc.code}
+    return {"type": "error", "error": error}

@@ -7,7 +7,8 @@ vLLM does, so that clients sending other providers' extensions still work.
 
 Messages keep the Chat Completions form, which is the canonical form: `developer` becomes
 `system`, content stays a string or a list of parts (text parts normalised to
-`{"type": "text", "text"}`, other parts such as `image_url` passed through), assistant
+`{"type": "text", "text"}`; parts the model cannot read, such as `image_url`, are taken out and
+listed, see `rltap.protocols._content`), assistant
 `tool_calls` keep their ids, `reasoning_content` (or vLLM's newer `reasoning`) is kept.
 """
 
@@ -21,7 +22,8 @@ from typing_extensions import TypedDict
 
 from rltap.chat.constraints import check_request_schemas
 from rltap.errors import InvalidRequest
-from rltap.generation import CanonicalRequest, ToolChoice
+from rltap.generation import CanonicalRequest, ToolChoice, UnsupportedContent
+from rltap.protocols._content import take_unsupported_parts
 from rltap.protocols._thinking import ReasoningEffort, effort_template_kwargs
 from rltap.protocols._validation import format_param
 
@@ -51,7 +53,7 @@ _FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 class ChatContentPart(TypedDict):
     """One part of a list content: `text`, `image_url`, `input_audio`, `file`, `refusal`, ...
 
-    Parts other than text keep all their keys (the renderer decides what to do with them).
+    Parts other than text are taken out of the canonical messages (`rltap.protocols._content`).
     """
 
     type: str
@@ -189,6 +191,8 @@ def to_canonical(wire: ChatCompletionRequest) -> CanonicalRequest:
     include_usage = bool(wire.stream and wire.stream_options and wire.stream_options.include_usage)
     raw = cast(list[dict[str, Any]], wire.messages)
     messages = [_message(m, i) for i, m in enumerate(raw)]
+    unsupported: list[UnsupportedContent] = []
+    take_unsupported_parts(messages, unsupported)
     request = CanonicalRequest(
         api="chat",
         model=wire.model or "",
@@ -210,6 +214,7 @@ def to_canonical(wire: ChatCompletionRequest) -> CanonicalRequest:
         top_logprobs=wire.top_logprobs if wire.logprobs else None,
         template_kwargs=effort_template_kwargs(wire.reasoning_effort, wire.chat_template_kwargs),
         metadata=dict(wire.metadata or {}),
+        unsupported_content=unsupported,
     )
     check_request_schemas(
         request,

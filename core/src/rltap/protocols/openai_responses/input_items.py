@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
 from rltap.errors import InvalidRequest
+from rltap.generation import UnsupportedContent
+from rltap.protocols._content import is_supported_part
 from rltap.protocols._validation import format_param
 
 __all__ = [
@@ -174,7 +176,11 @@ class _Turns:
         return turn
 
 
-def input_messages(items: str | list[Any] | None) -> list[dict[str, Any]]:
+def input_messages(
+    items: str | list[Any] | None, unsupported: list[UnsupportedContent] | None = None
+) -> list[dict[str, Any]]:
+    """The canonical messages of `input`; parts the model cannot read are taken out and listed
+    in `unsupported` (without a list, the first one is refused)."""
     if items is None:
         return []
     if isinstance(items, str):
@@ -183,7 +189,7 @@ def input_messages(items: str | list[Any] | None) -> list[dict[str, Any]]:
     for i, item in enumerate(items):
         where: _Path = ("input", i)
         if isinstance(item, InputMessage):
-            content = _content(item.content, (*where, "content"))
+            content = _content(item.content, (*where, "content"), unsupported)
             if item.role == "assistant":
                 turns.say(content)
             else:
@@ -192,7 +198,7 @@ def input_messages(items: str | list[Any] | None) -> list[dict[str, Any]]:
         elif isinstance(item, FunctionCallItem):
             turns.call(item)
         elif isinstance(item, FunctionCallOutputItem):
-            turns.add(_tool_message(item, where))
+            turns.add(_tool_message(item, where, unsupported))
         elif isinstance(item, ReasoningItem):
             turns.reason(_reasoning_text(item))
         else:
@@ -202,11 +208,13 @@ def input_messages(items: str | list[Any] | None) -> list[dict[str, Any]]:
     return turns.messages
 
 
-def _tool_message(item: FunctionCallOutputItem, where: _Path) -> dict[str, Any]:
+def _tool_message(
+    item: FunctionCallOutputItem, where: _Path, unsupported: list[UnsupportedContent] | None
+) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "tool"}
     if item.call_id is not None:
         message["tool_call_id"] = item.call_id
-    message["content"] = _content(item.output, (*where, "output"))
+    message["content"] = _content(item.output, (*where, "output"), unsupported)
     return message
 
 
@@ -216,12 +224,21 @@ def _reasoning_text(item: ReasoningItem) -> str:
     return "".join(part.text for part in parts)
 
 
-def _content(content: str | list[InputContentPart], where: _Path) -> str | list[dict[str, Any]]:
+def _content(
+    content: str | list[InputContentPart],
+    where: _Path,
+    unsupported: list[UnsupportedContent] | None,
+) -> str | list[dict[str, Any]]:
     if isinstance(content, str):
         return content
     parts: list[dict[str, Any]] = []
     for j, part in enumerate(content):
-        if part.type not in _TEXT_PARTS:
+        if not is_supported_part(part.type):
+            found = UnsupportedContent(type=part.type, param=format_param((*where, j)) or "input")
+            if unsupported is None:
+                raise found.error()
+            unsupported.append(found)
+        elif part.type not in _TEXT_PARTS:  # a refusal the client echoes back
             parts.append(part.model_dump(exclude_none=True))
         elif part.text is None:
             msg = f"Content parts of type {part.type!r} must have a 'text'."

@@ -11,8 +11,9 @@ the same whatever API it was sent through:
   it first as a system message, and a later call continuing this one by `previous_response_id`
   does not carry it over (OpenAI does not either);
 - messages keep their role (`developer` becomes `system`); `input_text` and `output_text` parts
-  become `{"type": "text", "text"}` parts, other parts (`input_image`, `input_file`) pass through;
-  a string content stays a string;
+  become `{"type": "text", "text"}` parts, parts the model cannot read (`input_image`,
+  `input_file`, `input_audio`) are taken out and listed (`rltap.protocols._content`); a string
+  content stays a string;
 - one assistant turn is the run of assistant-side items up to the next user, system or tool item:
   `function_call` items (`call_id` -> tool-call id) join the assistant message before them or
   start one with `content: None`; an assistant message right after the calls of a turn that has
@@ -43,7 +44,7 @@ from typing_extensions import TypedDict
 
 from rltap.chat.constraints import check_request_schemas
 from rltap.errors import InvalidRequest
-from rltap.generation import CanonicalRequest, ToolChoice
+from rltap.generation import CanonicalRequest, ToolChoice, UnsupportedContent
 from rltap.protocols._thinking import ReasoningEffort, effort_template_kwargs
 from rltap.protocols._validation import format_param
 from rltap.protocols.openai_responses.input_items import InputItem, input_messages
@@ -161,7 +162,8 @@ class ResponsesRequest(BaseModel):
 def to_canonical(wire: ResponsesRequest) -> CanonicalRequest:
     """The canonical form of a validated request (cross-field checks raise `InvalidRequest`)."""
     _reject_server_state(wire)
-    messages = input_messages(wire.input)
+    unsupported: list[UnsupportedContent] = []
+    messages = input_messages(wire.input, unsupported)
     if not messages and not wire.instructions and wire.previous_response_id is None:
         msg = "'input' must not be empty unless 'previous_response_id' is given."
         raise InvalidRequest(msg, param="input")
@@ -190,6 +192,7 @@ def to_canonical(wire: ResponsesRequest) -> CanonicalRequest:
         instructions=wire.instructions or None,
         echo=_echo(wire),
         metadata=dict(wire.metadata or {}),
+        unsupported_content=unsupported,
     )
     check_request_schemas(
         request, schema_param="text.format.schema", tool_param=lambda i: f"tools[{i}].parameters"

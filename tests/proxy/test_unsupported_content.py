@@ -1,0 +1,164 @@
+"""Content a text model cannot read is refused naming it, never dropped without a word.
+
+Each API through its real client: an image, audio, file or document part is a 400 whose message
+names the part's type and its path; a proxy with `drop_unsupported_content`
+(`--drop-unsupported-content`) drops it and answers, recording the messages without it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import anthropic
+import httpx2
+import openai
+import pytest
+
+from rltap.testing.proxy import RunningProxy
+
+ProxyFactory = Callable[..., Awaitable[RunningProxy]]
+IMAGE_URL = "data:image/png;base64,iVBORw0KGgo="
+CHAT_CASES = [
+    pytest.param(
+        {"type": "image_url", "image_url": {"url": IMAGE_URL}}, "image_url", id="image_url"
+    ),
+    pytest.param(
+        {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}},
+        "input_audio",
+        id="input_audio",
+    ),
+    pytest.param({"type": "file", "file": {"file_id": "file-1"}}, "file", id="file"),
+]
+RESPONSES_CASES = [
+    pytest.param({"type": "input_image", "image_url": IMAGE_URL}, "input_image", id="input_image"),
+    pytest.param({"type": "input_file", "file_id": "file-1"}, "input_file", id="input_file"),
+    pytest.param(
+        {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}},
+        "input_audio",
+        id="input_audio",
+    ),
+]
+MESSAGES_CASES = [
+    pytest.param(
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBO"}},
+        "image",
+        id="image",
+    ),
+    pytest.param(
+        {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "d"}},
+        "document",
+        id="document",
+    ),
+]
+
+
+@pytest.fixture
+async def http2() -> AsyncIterator[httpx2.AsyncClient]:
+    async with httpx2.AsyncClient(timeout=120) as client:
+        yield client
+
+
+@pytest.fixture
+async def dropping(make_proxy: ProxyFactory) -> RunningProxy:
+    return await make_proxy(session_options={"drop_unsupported_content": True})
+
+
+def _openai(proxy: RunningProxy, key: str) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=proxy.base_url, api_key=key, http_client=proxy.http)
+
+
+def _anthropic(proxy: RunningProxy, key: str, http: httpx2.AsyncClient) -> anthropic.AsyncAnthropic:
+    return anthropic.AsyncAnthropic(base_url=proxy.url, api_key=key, http_client=http)
+
+
+async def _recorded_messages(proxy: RunningProxy, key: str, session_id: str) -> list[Any]:
+    assert (await proxy.session_post(key, "/rl/end_session")).status_code == 200
+    export = await proxy.export(session_id)
+    return [item["messages"] for item in export["interactions"]]
+
+
+def _chat_messages(part: dict[str, Any]) -> list[Any]:
+    return [{"role": "user", "content": [{"type": "text", "text": "what is it?"}, part]}]
+
+
+@pytest.mark.parametrize(("part", "kind"), CHAT_CASES)
+async def test_chat_refuses_then_drops(
+    proxy: RunningProxy, dropping: RunningProxy, part: dict[str, Any], kind: str
+) -> None:
+    session_id, key = await proxy.start_session()
+    with pytest.raises(openai.BadRequestError) as info:
+        await _openai(proxy, key).chat.completions.create(
+            model="tiny", messages=_chat_messages(part)
+        )
+    assert f"{kind!r}" in info.value.message
+    assert "messages[0].content[1]" in info.value.message
+    assert info.value.param == "messages[0].content[1]"
+    assert await _recorded_messages(proxy, key, session_id) == []  # nothing was recorded
+
+    session_id, key = await dropping.start_session()
+    completion = await _openai(dropping, key).chat.completions.create(
+        model="tiny", messages=_chat_messages(part)
+    )
+    assert completion.choices[0].finish_reason == "stop"
+    assert await _recorded_messages(dropping, key, session_id) == [
+        [{"role": "user", "content": [{"type": "text", "text": "what is it?"}]}]
+    ]
+
+
+@pytest.mark.parametrize(("part", "kind"), RESPONSES_CASES)
+async def test_responses_refuses_then_drops(
+    proxy: RunningProxy, dropping: RunningProxy, part: dict[str, Any], kind: str
+) -> None:
+    items: Any = [
+        {"role": "user", "content": "hi"},
+        {"role": "user", "content": [{"type": "input_text", "text": "and this?"}, part]},
+    ]
+    _, key = await proxy.start_session()
+    with pytest.raises(openai.BadRequestError) as info:
+        await _openai(proxy, key).responses.create(model="tiny", input=items)
+    assert f"{kind!r}" in info.value.message
+    assert info.value.param == "input[1].content[1]"
+
+    _, key = await dropping.start_session()
+    response = await _openai(dropping, key).responses.create(model="tiny", input=items)
+    assert response.status == "completed"
+
+
+@pytest.mark.parametrize(("block", "kind"), MESSAGES_CASES)
+@pytest.mark.parametrize("in_tool_result", [False, True])
+async def test_messages_refuses_then_drops(
+    proxy: RunningProxy,
+    dropping: RunningProxy,
+    http2: httpx2.AsyncClient,
+    block: dict[str, Any],
+    kind: str,
+    in_tool_result: bool,
+) -> None:
+    use = {"type": "tool_use", "id": "toolu_1", "name": "look", "input": {}}
+    if in_tool_result:
+        content: list[Any] = [{"type": "tool_result", "tool_use_id": "toolu_1", "content": [block]}]
+        messages: Any = [
+            {"role": "user", "content": "look"},
+            {"role": "assistant", "content": [use]},
+            {"role": "user", "content": content},
+        ]
+        where = "messages[2].content[0].content[0]"
+    else:
+        messages = [{"role": "user", "content": [{"type": "text", "text": "what is it?"}, block]}]
+        where = "messages[0].content[1]"
+    _, key = await proxy.start_session()
+    with pytest.raises(anthropic.BadRequestError) as info:
+        await _anthropic(proxy, key, http2).messages.create(
+            model="tiny", max_tokens=32, messages=messages
+        )
+    assert info.value.body["error"]["type"] == "invalid_request_error"
+    assert f"{kind!r} at {where}" in info.value.message
+
+    session_id, key = await dropping.start_session()
+    message = await _anthropic(dropping, key, http2).messages.create(
+        model="tiny", max_tokens=32, messages=messages
+    )
+    assert message.stop_reason in ("end_turn", "max_tokens")
+    (recorded,) = await _recorded_messages(dropping, key, session_id)
+    assert kind not in repr(recorded)
