@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from rltap.chat.constraints import (
     COMPACT_JSON,
+    GrammarChecker,
     build_constraint,
     check_json_schema,
     check_request_schemas,
@@ -136,7 +137,8 @@ def test_json_object_reply_is_an_object(
 
 @settings(max_examples=40, deadline=None)
 @given(
-    city=st.text(max_size=12),
+    # Control characters (DEL too) are written escaped under llguidance's JSON, never raw.
+    city=st.text(st.characters(exclude_categories=("Cc", "Cs")), max_size=12),
     days=st.integers(min_value=-(10**6), max_value=10**6),
 )
 def test_every_schema_value_compact_is_accepted_and_indented_is_not(
@@ -377,3 +379,23 @@ def test_a_checked_grammar_is_not_compiled_again(
         request_constraint(request, parser, renderer)
     assert len(calls) == 2  # the schema alone, and the whole grammar against the tokenizer
     assert grammar_checker(renderer) is grammar_checker(renderer)
+
+
+class _SlowTokenizer:
+    """Not a fast tokenizer: llguidance cannot read it."""
+
+    def get_added_vocab(self) -> dict[str, int]:
+        return {"<tool_call>": 151657, "</tool_call>": 151658}
+
+
+def test_a_slow_tokenizer_still_has_its_grammars_checked() -> None:
+    checker = GrammarChecker(_SlowTokenizer())
+    request = _request(tools=[ADD], tool_choice={"name": "add"})
+    constraint = build_constraint(request, build_output_parser("hermes"), checker.tokens)
+    assert constraint is not None
+    assert constraint.reason == "tool_choice function 'add'"
+    checker.check(constraint, param="tool_choice")
+    broken = Constraint(grammar='start: %json {"type": "strin"}', reason="a test")
+    with pytest.raises(InvalidRequest, match="Invalid type") as caught:
+        checker.check(broken, param="tool_choice")
+    assert caught.value.param == "tool_choice"

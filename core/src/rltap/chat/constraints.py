@@ -101,7 +101,8 @@ def _calls(request: CanonicalRequest) -> _Calls | None:
         return _Calls("forbid", (), False, "tool_choice 'none'")
     if isinstance(choice, dict):
         named = tuple(i for i in every if tools[i]["function"]["name"] == choice["name"])
-        return _Calls("required", named, request.parallel_tool_calls, f"tool_choice {choice}")
+        reason = f"tool_choice function {choice['name']!r}"
+        return _Calls("required", named, request.parallel_tool_calls, reason)
     if choice == "required":
         return _Calls("required", every, request.parallel_tool_calls, "tool_choice 'required'")
     if not tools:
@@ -308,15 +309,21 @@ class GrammarChecker:
         self._tokenizer = tokenizer
         self.tokens = TokenSyntax(tokenizer.get_added_vocab())
         self._built: llguidance.LLTokenizer | None = None
+        self._slow = False  # llguidance reads fast tokenizers only
         self._lock = threading.Lock()
         self._errors: LRUCache[str, str] = LRUCache(1024)
 
-    def _llg_tokenizer(self) -> llguidance.LLTokenizer:
+    def _llg_tokenizer(self) -> llguidance.LLTokenizer | None:
         with self._lock:
-            if self._built is None:
+            if self._built is None and not self._slow:
                 import llguidance.hf
 
-                self._built = llguidance.hf.from_tokenizer(self._tokenizer)
+                try:
+                    self._built = llguidance.hf.from_tokenizer(self._tokenizer)
+                except ValueError:
+                    # A slow tokenizer: the grammar is checked alone (its token ids come from
+                    # the tokenizer's own added vocabulary, so they exist).
+                    self._slow = True
             return self._built
 
     def check(self, constraint: Constraint, *, param: str) -> None:
