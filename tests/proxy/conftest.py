@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 
 from rltap.chat.renderer import ChatRenderer
@@ -62,6 +63,13 @@ async def make_proxy(
             return running
 
         yield start
+
+
+@pytest.fixture
+async def http2() -> AsyncIterator[httpx2.AsyncClient]:
+    """An httpx2 client (the anthropic SDK's HTTP library) for `clients.anthropic_client`."""
+    async with httpx2.AsyncClient(timeout=120) as client:
+        yield client
 
 
 @pytest.fixture

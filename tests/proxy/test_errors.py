@@ -502,7 +502,7 @@ async def test_a_body_over_the_limit_is_413(proxy: RunningProxy, path: str, chun
     [
         pytest.param("GET", "/nowhere", 404, id="get-unknown"),
         pytest.param("POST", "/v1/completions", 404, id="post-unknown"),
-        pytest.param("POST", "/v1/messages/count_tokens", 404, id="anthropic-unknown"),
+        pytest.param("POST", "/v1/messages/batches", 404, id="anthropic-unknown"),
         pytest.param("GET", "/v1/chat/completions", 405, id="wrong-method"),
         pytest.param("DELETE", "/rl/start_session", 405, id="wrong-method-admin"),
     ],

@@ -8,13 +8,14 @@ fit is a 400 either way.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import anthropic
 import httpx2
 import openai
 import pytest
+from clients import anthropic_client, openai_client
 
 from rltap.testing.proxy import RunningProxy
 
@@ -36,20 +37,6 @@ async def small_proxy(make_proxy: ProxyFactory) -> RunningProxy:
     return await make_proxy(_long_reply, max_context=MAX_CONTEXT)
 
 
-@pytest.fixture
-async def http2() -> AsyncIterator[httpx2.AsyncClient]:
-    async with httpx2.AsyncClient(timeout=120) as client:
-        yield client
-
-
-def _openai(proxy: RunningProxy, key: str) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url=proxy.base_url, api_key=key, http_client=proxy.http)
-
-
-def _anthropic(proxy: RunningProxy, key: str, http: httpx2.AsyncClient) -> anthropic.AsyncAnthropic:
-    return anthropic.AsyncAnthropic(base_url=proxy.url, api_key=key, http_client=http)
-
-
 async def _recorded_lengths(proxy: RunningProxy, key: str, session_id: str) -> list[int]:
     assert (await proxy.session_post(key, "/rl/end_session")).status_code == 200
     export = await proxy.export(session_id)
@@ -61,7 +48,7 @@ async def test_chat_cuts_max_tokens_to_the_context_left(
     small_proxy: RunningProxy, field: str
 ) -> None:
     session_id, key = await small_proxy.start_session()
-    client = _openai(small_proxy, key)
+    client = openai_client(small_proxy, key)
     short = await client.chat.completions.create(
         model="tiny", messages=[{"role": "user", "content": "short"}], **{field: HUGE}
     )
@@ -79,7 +66,7 @@ async def test_chat_cuts_max_tokens_to_the_context_left(
 
 async def test_chat_stream_cut_ends_length(small_proxy: RunningProxy) -> None:
     _, key = await small_proxy.start_session()
-    stream = await _openai(small_proxy, key).chat.completions.create(
+    stream = await openai_client(small_proxy, key).chat.completions.create(
         model="tiny", messages=[{"role": "user", "content": "long"}], max_tokens=HUGE, stream=True
     )
     reasons = [c.choices[0].finish_reason async for c in stream if c.choices]
@@ -88,7 +75,7 @@ async def test_chat_stream_cut_ends_length(small_proxy: RunningProxy) -> None:
 
 async def test_responses_cut_is_incomplete_max_output_tokens(small_proxy: RunningProxy) -> None:
     _, key = await small_proxy.start_session()
-    client = _openai(small_proxy, key)
+    client = openai_client(small_proxy, key)
     short = await client.responses.create(model="tiny", input="short", max_output_tokens=HUGE)
     assert short.status == "completed"
     assert short.output_text == "short"
@@ -105,7 +92,7 @@ async def test_messages_cut_ends_max_tokens(
     small_proxy: RunningProxy, http2: httpx2.AsyncClient, stream: bool
 ) -> None:
     _, key = await small_proxy.start_session()
-    client = _anthropic(small_proxy, key, http2)
+    client = anthropic_client(small_proxy, key, http2)
     request: dict[str, Any] = {"model": "tiny", "max_tokens": HUGE}
     short = await client.messages.create(messages=[{"role": "user", "content": "short"}], **request)
     assert short.stop_reason == "end_turn"
@@ -125,12 +112,12 @@ async def test_a_prompt_that_does_not_fit_is_still_400(
     _, key = await small_proxy.start_session()
     long_prompt = "go " * 400
     with pytest.raises(openai.BadRequestError) as chat_error:
-        await _openai(small_proxy, key).chat.completions.create(
+        await openai_client(small_proxy, key).chat.completions.create(
             model="tiny", messages=[{"role": "user", "content": long_prompt}], max_tokens=HUGE
         )
     assert chat_error.value.code == "context_length_exceeded"
     with pytest.raises(anthropic.BadRequestError) as messages_error:
-        await _anthropic(small_proxy, key, http2).messages.create(
+        await anthropic_client(small_proxy, key, http2).messages.create(
             model="tiny", max_tokens=HUGE, messages=[{"role": "user", "content": long_prompt}]
         )
     assert str(MAX_CONTEXT) in messages_error.value.message
@@ -142,7 +129,7 @@ async def test_strict_max_tokens_refuses(make_proxy: ProxyFactory) -> None:
     )
     _, key = await proxy.start_session()
     with pytest.raises(openai.BadRequestError) as error:
-        await _openai(proxy, key).chat.completions.create(
+        await openai_client(proxy, key).chat.completions.create(
             model="tiny", messages=[{"role": "user", "content": "short"}], max_tokens=HUGE
         )
     assert error.value.code == "context_length_exceeded"

@@ -14,8 +14,8 @@ from typing import Any
 
 import anthropic
 import httpx2
-import openai
 import pytest
+from clients import anthropic_client, openai_client
 
 from rltap.chat.renderer import ChatRenderer
 from rltap.chat.streaming import build_output_parser
@@ -35,22 +35,8 @@ def _fixed_reply(
 
 
 @pytest.fixture
-async def http2() -> AsyncIterator[httpx2.AsyncClient]:
-    async with httpx2.AsyncClient(timeout=120) as client:
-        yield client
-
-
-@pytest.fixture
 async def scripted(make_proxy: ProxyFactory) -> RunningProxy:
     return await make_proxy(_fixed_reply)
-
-
-def _anthropic(proxy: RunningProxy, key: str, http: httpx2.AsyncClient) -> anthropic.AsyncAnthropic:
-    return anthropic.AsyncAnthropic(base_url=proxy.url, api_key=key, http_client=http)
-
-
-def _openai(proxy: RunningProxy, key: str) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url=proxy.base_url, api_key=key, http_client=proxy.http)
 
 
 async def _messages_reply(
@@ -74,7 +60,7 @@ async def test_messages_reports_the_stop_sequence_that_matched(
     scripted: RunningProxy, http2: httpx2.AsyncClient, stream: bool
 ) -> None:
     _, key = await scripted.start_session()
-    client = _anthropic(scripted, key, http2)
+    client = anthropic_client(scripted, key, http2)
     message = await _messages_reply(client, ["END", "Observation:"], stream)
     assert (message.stop_reason, message.stop_sequence) == ("stop_sequence", "Observation:")
     text = message.content[0]
@@ -88,7 +74,7 @@ async def test_messages_reports_the_stop_sequence_that_matched(
 
 async def test_chat_ends_stop_at_a_stop_string(scripted: RunningProxy) -> None:
     _, key = await scripted.start_session()
-    client = _openai(scripted, key)
+    client = openai_client(scripted, key)
     completion = await client.chat.completions.create(
         model="tiny", messages=[{"role": "user", "content": "go"}], stop=["Observation:"]
     )
@@ -114,7 +100,7 @@ async def test_the_embedded_engine_reports_it_too(
 ) -> None:
     async with _embedded_proxy(tiny_model, renderer) as proxy:
         _, key = await proxy.start_session()
-        client = _anthropic(proxy, key, http2)
+        client = anthropic_client(proxy, key, http2)
         # Greedy decoding replies the same every time: a stop string from the middle of the
         # first reply ends the second one there.
         first = await _messages_reply(client, [], False, extra_body={"temperature": 0})

@@ -7,32 +7,22 @@ that continues a recorded one. Counting records nothing.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import anthropic
 import httpx2
 import pytest
 from add_tool import ANTHROPIC_ADD_TOOL, QUESTION
+from clients import anthropic_client
 
 from rltap.testing.proxy import RunningProxy
-
-
-@pytest.fixture
-async def http2() -> AsyncIterator[httpx2.AsyncClient]:
-    async with httpx2.AsyncClient(timeout=120) as client:
-        yield client
-
-
-def _client(proxy: RunningProxy, key: str, http: httpx2.AsyncClient) -> anthropic.AsyncAnthropic:
-    return anthropic.AsyncAnthropic(base_url=proxy.url, api_key=key, http_client=http)
 
 
 async def test_count_equals_the_calls_input_tokens(
     proxy: RunningProxy, http2: httpx2.AsyncClient
 ) -> None:
     session_id, key = await proxy.start_session()
-    client = _client(proxy, key, http2)
+    client = anthropic_client(proxy, key, http2)
     request: dict[str, Any] = {
         "model": "tiny",
         "system": "You add numbers.",
@@ -70,11 +60,11 @@ async def test_count_needs_a_session_key_and_a_valid_body(
     proxy: RunningProxy, http2: httpx2.AsyncClient
 ) -> None:
     with pytest.raises(anthropic.AuthenticationError):
-        await _client(proxy, "sk-wrong", http2).messages.count_tokens(
+        await anthropic_client(proxy, "sk-wrong", http2).messages.count_tokens(
             model="tiny", messages=[{"role": "user", "content": "hi"}]
         )
     _, key = await proxy.start_session()
-    client = _client(proxy, key, http2)
+    client = anthropic_client(proxy, key, http2)
     with pytest.raises(anthropic.BadRequestError) as info:
         await client.messages.count_tokens(model="tiny", messages=[])
     assert info.value.body["type"] == "error"

@@ -7,13 +7,14 @@ names the part's type and its path; a proxy with `drop_unsupported_content`
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anthropic
 import httpx2
 import openai
 import pytest
+from clients import anthropic_client, openai_client
 
 from rltap.testing.proxy import RunningProxy
 
@@ -54,22 +55,8 @@ MESSAGES_CASES = [
 
 
 @pytest.fixture
-async def http2() -> AsyncIterator[httpx2.AsyncClient]:
-    async with httpx2.AsyncClient(timeout=120) as client:
-        yield client
-
-
-@pytest.fixture
 async def dropping(make_proxy: ProxyFactory) -> RunningProxy:
     return await make_proxy(session_options={"drop_unsupported_content": True})
-
-
-def _openai(proxy: RunningProxy, key: str) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url=proxy.base_url, api_key=key, http_client=proxy.http)
-
-
-def _anthropic(proxy: RunningProxy, key: str, http: httpx2.AsyncClient) -> anthropic.AsyncAnthropic:
-    return anthropic.AsyncAnthropic(base_url=proxy.url, api_key=key, http_client=http)
 
 
 async def _recorded_messages(proxy: RunningProxy, key: str, session_id: str) -> list[Any]:
@@ -88,7 +75,7 @@ async def test_chat_refuses_then_drops(
 ) -> None:
     session_id, key = await proxy.start_session()
     with pytest.raises(openai.BadRequestError) as info:
-        await _openai(proxy, key).chat.completions.create(
+        await openai_client(proxy, key).chat.completions.create(
             model="tiny", messages=_chat_messages(part)
         )
     assert f"{kind!r}" in info.value.message
@@ -97,7 +84,7 @@ async def test_chat_refuses_then_drops(
     assert await _recorded_messages(proxy, key, session_id) == []  # nothing was recorded
 
     session_id, key = await dropping.start_session()
-    completion = await _openai(dropping, key).chat.completions.create(
+    completion = await openai_client(dropping, key).chat.completions.create(
         model="tiny", messages=_chat_messages(part)
     )
     assert completion.choices[0].finish_reason == "stop"
@@ -116,12 +103,12 @@ async def test_responses_refuses_then_drops(
     ]
     _, key = await proxy.start_session()
     with pytest.raises(openai.BadRequestError) as info:
-        await _openai(proxy, key).responses.create(model="tiny", input=items)
+        await openai_client(proxy, key).responses.create(model="tiny", input=items)
     assert f"{kind!r}" in info.value.message
     assert info.value.param == "input[1].content[1]"
 
     _, key = await dropping.start_session()
-    response = await _openai(dropping, key).responses.create(model="tiny", input=items)
+    response = await openai_client(dropping, key).responses.create(model="tiny", input=items)
     assert response.status == "completed"
 
 
@@ -149,14 +136,14 @@ async def test_messages_refuses_then_drops(
         where = "messages[0].content[1]"
     _, key = await proxy.start_session()
     with pytest.raises(anthropic.BadRequestError) as info:
-        await _anthropic(proxy, key, http2).messages.create(
+        await anthropic_client(proxy, key, http2).messages.create(
             model="tiny", max_tokens=32, messages=messages
         )
     assert info.value.body["error"]["type"] == "invalid_request_error"
     assert f"{kind!r} at {where}" in info.value.message
 
     session_id, key = await dropping.start_session()
-    message = await _anthropic(dropping, key, http2).messages.create(
+    message = await anthropic_client(dropping, key, http2).messages.create(
         model="tiny", max_tokens=32, messages=messages
     )
     assert message.stop_reason in ("end_turn", "max_tokens")

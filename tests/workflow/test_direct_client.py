@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import openai
 import pytest
 import torch
 
@@ -137,3 +138,41 @@ async def test_recorded_tokens_and_logprobs_are_the_engines(
         fresh = logprobs[positions, ids[0, positions + 1]]
         recorded = torch.tensor(response.output_logprobs)
         assert torch.allclose(fresh, recorded, atol=1e-5, rtol=0)
+
+
+async def test_the_direct_clients_config_cuts_max_tokens_and_refuses_images(
+    engine: ScriptedEngine, renderer: ChatRenderer
+) -> None:
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    messages: Any = [{"role": "user", "content": [{"type": "text", "text": "hi"}, image]}]
+    client = ArealOpenAI(engine=engine, tokenizer=renderer.tokenizer, max_context=256)
+    with pytest.raises(openai.BadRequestError) as info:
+        await client.chat.completions.create(model="tiny", messages=messages)
+    assert "'image_url' at messages[0].content[1]" in info.value.message
+    # max_tokens beyond the context left is cut to fit.
+    completion = await client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=64000
+    )
+    assert completion.choices[0].finish_reason == "stop"
+    with pytest.raises(openai.NotFoundError):  # a sub-path of a route is no generation
+        await client.post("/chat/completions/extra", cast_to=object, body={})
+    await client.close()
+
+    lenient = ArealOpenAI(
+        engine=engine,
+        tokenizer=renderer.tokenizer,
+        max_context=256,
+        strict_max_tokens=True,
+        drop_unsupported_content=True,
+    )
+    completion = await lenient.chat.completions.create(model="tiny", messages=messages)
+    assert completion.choices[0].finish_reason == "stop"
+    assert lenient.get_interaction(completion.id).messages == [
+        {"role": "user", "content": [{"type": "text", "text": "hi"}]}
+    ]
+    with pytest.raises(openai.BadRequestError) as strict:
+        await lenient.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=64000
+        )
+    assert strict.value.code == "context_length_exceeded"
+    await lenient.close()

@@ -72,7 +72,9 @@ class DirectTransport(_http.AsyncBaseTransport):  # type: ignore[misc,name-defin
         path = str(request.url.path)
         spec = spec_for_path(path) or SPECS["chat"]
         try:
-            if not spec.owns(path):
+            # Only the generation routes themselves: `/v1/messages/count_tokens` and the like
+            # are the proxy's (`rltap.proxy`), never a generation.
+            if path.rstrip("/") not in spec.paths:
                 msg = f"no generation API at {path}"
                 raise NotFound(msg)
             body = parse_json(await request.aread())
