@@ -1,6 +1,6 @@
 """The Responses API's server-side state through a real server and the openai client: stored
 responses (`GET /v1/responses/{id}`), conversations and their items, responses in a
-conversation; all of it scoped to the caller's session."""
+conversation, compaction; all of it scoped to the caller's session."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import openai
 import pytest
 from add_tool import QUESTION, RESPONSES_ADD_TOOL
 
+from rltap.protocols.openai_responses.compaction import COMPACTION_PROMPT
 from rltap.testing.proxy import RunningProxy
 from rltap.testing.scripts import FINAL_PREFIX
 
@@ -271,3 +272,83 @@ async def test_conversation_and_previous_response_id_together_are_a_400(
     assert caught.value.body["param"] == "conversation"  # type: ignore[index]
     items = await client.conversations.items.list(conversation.id)
     assert items.data == []  # a refused response adds nothing
+
+
+# -- compaction ---------------------------------------------------------------------------------
+
+
+async def test_compact_summarises_with_a_recorded_generation(proxy: RunningProxy) -> None:
+    session_id, key = await proxy.start_session()
+    client = client_for(proxy, key)
+    history: list[Any] = [
+        {"role": "user", "content": "one"},
+        {"role": "assistant", "content": "reply one"},
+        {"role": "user", "content": [{"type": "input_text", "text": "two"}]},
+        {"role": "assistant", "content": "reply two"},
+    ]
+    compacted = await client.responses.compact(model="gpt-4.1", input=history)
+    assert compacted.object == "response.compaction"
+    *users, compaction = compacted.output
+    assert [(u.type, u.role, u.content[0].text) for u in users] == [  # type: ignore[union-attr]
+        ("message", "user", "one"),
+        ("message", "user", "two"),
+    ]
+    assert compaction.type == "compaction"
+    summary = compaction.encrypted_content  # type: ignore[union-attr]
+    assert summary == f"Turn 2: you said: {COMPACTION_PROMPT}"  # the scripted model's words
+
+    # The compacted history goes on as input: the summary is the model's own earlier turn.
+    follow_up = await client.responses.create(
+        model="tiny",
+        input=[
+            # The SDK types user messages of the output as output messages: it warns, as the
+            # Agents SDK knows (it dumps them with warnings=False too).
+            *(item.model_dump(exclude_none=True, warnings=False) for item in compacted.output),
+            {"role": "user", "content": "next"},
+        ],
+    )
+    nodes = await recorded(proxy, key, session_id)
+    summarised = nodes[compacted.id]
+    assert summarised["messages"][-1] == {"role": "user", "content": COMPACTION_PROMPT}
+    assert summarised["output_text"] == summary
+    assert compacted.usage.output_tokens == summarised["output_len"]
+    assert nodes[follow_up.id]["messages"][-2:] == [
+        {"role": "assistant", "content": summary},
+        {"role": "user", "content": "next"},
+    ]
+
+
+async def test_compact_a_stored_response_continues_it(proxy: RunningProxy) -> None:
+    session_id, key = await proxy.start_session()
+    _, other_key = await proxy.start_session()
+    client = client_for(proxy, key)
+    first = await client.responses.create(model="tiny", instructions="Be brief.", input="one")
+    with pytest.raises(openai.NotFoundError):
+        await client_for(proxy, other_key).responses.compact(
+            model="gpt-4.1", previous_response_id=first.id
+        )
+    # The instructions are the call's own (not carried over): sent again, the prompt continues.
+    compacted = await client.responses.compact(
+        model="gpt-4.1", instructions="Be brief.", previous_response_id=first.id
+    )
+    assert [item.type for item in compacted.output] == ["message", "compaction"]
+    nodes = await recorded(proxy, key, session_id)
+    assert nodes[compacted.id]["parent_id"] == first.id  # one token sequence
+
+
+async def test_compact_needs_something_to_compact(proxy: RunningProxy) -> None:
+    _, key = await proxy.start_session()
+    with pytest.raises(openai.BadRequestError) as caught:
+        await client_for(proxy, key).responses.compact(model="gpt-4.1")
+    assert caught.value.body["param"] == "input"  # type: ignore[index]
+
+
+async def test_a_conversation_keeps_compaction_items(proxy: RunningProxy) -> None:
+    _, key = await proxy.start_session()
+    client = client_for(proxy, key)
+    compaction = {"type": "compaction", "id": "cmp_1", "encrypted_content": "summary"}
+    conversation = await client.conversations.create(
+        items=[{"role": "user", "content": "one"}, compaction]  # type: ignore[list-item]
+    )
+    items = [item async for item in client.conversations.items.list(conversation.id, order="asc")]
+    assert items[1].model_dump(exclude_none=True) == compaction

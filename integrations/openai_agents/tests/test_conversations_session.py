@@ -1,13 +1,21 @@
 """The Agents SDK's server-side memory against rltap: `OpenAIConversationsSession` (the
-Conversations API) and `Runner.run(conversation_id=...)` (Responses with `conversation`), run
-unchanged, each turn recorded and linked to the one before."""
+Conversations API), `Runner.run(conversation_id=...)` (Responses with `conversation`) and
+`OpenAIResponsesCompactionSession` (`responses.compact`), run unchanged, each call recorded."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import openai
-from agents import Agent, OpenAIConversationsSession, OpenAIResponsesModel, RunConfig, Runner
+from agents import (
+    Agent,
+    OpenAIConversationsSession,
+    OpenAIResponsesCompactionSession,
+    OpenAIResponsesModel,
+    RunConfig,
+    Runner,
+    SQLiteSession,
+)
 
 from rltap.testing import RunningProxy
 
@@ -79,3 +87,30 @@ async def test_runner_with_conversation_id_lets_the_proxy_hold_the_history(
     assert [node["parent_id"] for node in nodes] == [None, nodes[0]["interaction_id"]]
     system = [m for m in nodes[1]["messages"] if m["role"] == "system"]
     assert system == [{"role": "system", "content": "Answer briefly."}]  # once, not per turn
+
+
+async def test_compaction_session_compacts_through_the_proxy(proxy: RunningProxy) -> None:
+    session_id, key = await proxy.start_session()
+    client = openai.AsyncOpenAI(base_url=proxy.base_url, api_key=key, max_retries=0)
+    memory = OpenAIResponsesCompactionSession(
+        "episode",
+        SQLiteSession("episode"),
+        client=client,
+        model="gpt-4.1",  # the SDK insists on an OpenAI name; the proxy serves its one model
+        should_trigger_compaction=lambda context: False,  # compacted by hand, below
+    )
+    agent = agent_on(client)
+    await Runner.run(agent, "hello", session=memory, run_config=NO_TRACING)
+    await memory.run_compaction({"force": True, "compaction_mode": "input"})
+    items = await memory.get_items()
+    assert [item["type"] for item in items] == ["message", "compaction"]  # type: ignore[typeddict-item]
+    summary = items[1]["encrypted_content"]  # type: ignore[typeddict-item]
+
+    after = await Runner.run(agent, "and now?", session=memory, run_config=NO_TRACING)
+    assert after.final_output == "Turn 1: you said: and now?"  # one assistant turn: the summary
+    nodes = await recorded(proxy, key, session_id)
+    assert [node["output_text"] for node in nodes][1] == summary  # the compaction, recorded
+    assert nodes[2]["messages"][-2:] == [
+        {"role": "assistant", "content": summary},
+        {"role": "user", "content": "and now?"},
+    ]

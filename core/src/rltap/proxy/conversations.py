@@ -3,6 +3,8 @@
 - `GET /v1/responses/{id}`: a response of the caller's session, as it was answered (the body a
   stream ended with, for a streamed one); an unknown id, an unfinished response or another
   session's is a 404 in OpenAI's envelope, the same answer for all three, so nothing leaks.
+- `POST /v1/responses/compact`: the model summarises the conversation, a generation recorded
+  in the session (`rltap.protocols.openai_responses.compaction`).
 - The Conversations API subset of `rltap.protocols.openai_responses.conversations`, the store
   being the caller session's own.
 - `POST /v1/responses` with `conversation`: `with_conversation` puts the conversation's items
@@ -22,6 +24,11 @@ from rltap.errors import InvalidRequest, NotFound
 from rltap.generation import CanonicalRequest, Generation
 from rltap.protocols import ApiSpec
 from rltap.protocols.openai_responses import ResponsesRequest
+from rltap.protocols.openai_responses.compaction import (
+    CompactRequest,
+    compacted_body,
+    compaction_request,
+)
 from rltap.protocols.openai_responses.conversations import (
     ConversationCreateRequest,
     ConversationItemsRequest,
@@ -32,7 +39,7 @@ from rltap.protocols.openai_responses.conversations import (
     stored_items,
 )
 from rltap.protocols.openai_responses.response import output_items
-from rltap.proxy.routing import SessionRoute, caller_session
+from rltap.proxy.routing import SessionRoute, caller_session, proxy_state
 from rltap.proxy.state import SessionRecord
 
 __all__ = ["ROUTER", "with_conversation"]
@@ -59,6 +66,20 @@ async def retrieve_response(request: Request, response_id: str) -> Response:
         msg = f"Response with id '{response_id}' not found."
         raise NotFound(msg, param="response_id")
     return _json(body)
+
+
+@ROUTER.post("/v1/responses/compact")
+async def compact(request: Request, body: CompactRequest) -> Response:
+    record = caller_session(request)
+    canonical = compaction_request(body)
+    record.call_started()  # an export waits for it, as for any generation
+    try:
+        (generation,) = await record.session.generate(canonical)
+    finally:
+        record.call_finished()
+        proxy_state(request).store.touch(record)
+    prompt = record.session.cache[generation.interaction_id].messages
+    return _json(compacted_body(prompt, generation))
 
 
 @ROUTER.post("/v1/conversations")

@@ -7,11 +7,12 @@ delete it; add items (up to 20 a call), list them (`limit` 1-100, default 20; `o
 Responses request with `conversation` reads the conversation's items before its `input`, and
 its input and output items are added to the conversation once it completed (as OpenAI does).
 
-Items are stored in the shape the API lists them, each with an id and `status: "completed"`:
-a message's string content becomes one `input_text` part (`output_text` for the assistant);
-`function_call`, `function_call_output` and `reasoning` items keep their fields. An item's own
-`id` is kept unless the conversation holds it already. Items rltap cannot honour (hosted tool
-calls, `item_reference`) are refused naming their type, as in `input`.
+Items are stored in the shape the API lists them, each with an id and `status: "completed"`
+(but `compaction` items, which have none): a message's string content becomes one `input_text`
+part (`output_text` for the assistant); `function_call`, `function_call_output`, `reasoning`
+and `compaction` items keep their fields. An item's own `id` is kept unless the conversation
+holds it already. Items rltap cannot honour (hosted tool calls, `item_reference`) are refused
+naming their type, as in `input`.
 
 A store belongs to one session: another session's conversation id is unknown (404), so no
 conversation leaks across sessions.
@@ -30,6 +31,7 @@ from rltap.errors import InvalidRequest, NotFound
 from rltap.ids import random_hex
 from rltap.protocols._validation import format_param
 from rltap.protocols.openai_responses.input_items import (
+    CompactionItem,
     FunctionCallItem,
     FunctionCallOutputItem,
     InputItem,
@@ -55,6 +57,7 @@ _ITEM_ID_PREFIX = {
     "function_call": "fc",
     "function_call_output": "fco",
     "reasoning": "rs",
+    "compaction": "cmp",
 }
 _INPUT_ITEMS = TypeAdapter(list[InputItem])
 
@@ -97,6 +100,8 @@ def _stored(item: BaseModel, path: tuple[str | int, ...]) -> dict[str, Any]:
         body = {"type": "message", "role": item.role, "content": _content(item)}
     elif isinstance(item, FunctionCallItem | FunctionCallOutputItem | ReasoningItem):
         body = item.model_dump(exclude_none=True)
+    elif isinstance(item, CompactionItem):  # the API's compaction items have no status
+        return {k: v for k, v in item.model_dump(exclude_none=True).items() if k != "id"}
     else:
         kind = getattr(item, "type", None)
         msg = f"Items of type {kind!r} are not supported in a conversation."

@@ -17,6 +17,7 @@ from rltap.protocols._content import is_supported_part
 from rltap.protocols._validation import format_param
 
 __all__ = [
+    "CompactionItem",
     "FunctionCallItem",
     "FunctionCallOutputItem",
     "InputContentPart",
@@ -83,6 +84,15 @@ class ReasoningItem(BaseModel):
     content: list[_ReasoningPart] | None = None
 
 
+class CompactionItem(BaseModel):
+    """A `compaction` item (`rltap.protocols.openai_responses.compaction`): rltap's holds the
+    model's summary of the turns it replaces, which becomes an assistant message."""
+
+    model_config = _LENIENT
+    type: Literal["compaction"]
+    encrypted_content: str
+
+
 class UnsupportedItem(BaseModel):
     """Any other item type; the conversion rejects it naming the type."""
 
@@ -107,6 +117,7 @@ _ITEM_TAGS = {
     "function_call": "FunctionCall",
     "function_call_output": "FunctionCallOutput",
     "reasoning": "Reasoning",
+    "compaction": "Compaction",
 }
 
 InputItem = Annotated[
@@ -114,6 +125,7 @@ InputItem = Annotated[
     | Annotated[FunctionCallItem, Tag("FunctionCall")]
     | Annotated[FunctionCallOutputItem, Tag("FunctionCallOutput")]
     | Annotated[ReasoningItem, Tag("Reasoning")]
+    | Annotated[CompactionItem, Tag("Compaction")]
     | Annotated[UnsupportedItem, Tag("Unsupported")],
     Discriminator(
         _item_tag,
@@ -201,6 +213,8 @@ def input_messages(
             turns.add(_tool_message(item, where, unsupported))
         elif isinstance(item, ReasoningItem):
             turns.reason(_reasoning_text(item))
+        elif isinstance(item, CompactionItem):
+            turns.add({"role": "assistant", "content": item.encrypted_content})
         else:
             msg = f"Input items of type {item.type!r} are not supported."
             raise InvalidRequest(msg, param=format_param((*where, "type")))

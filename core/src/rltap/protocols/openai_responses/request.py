@@ -21,9 +21,11 @@ the same whatever API it was sent through:
 - a `reasoning` item's text (its `reasoning_text` content, else its summary) becomes the
   `reasoning_content` of the assistant turn it opens; a reasoning item with no assistant item
   after it is an assistant turn of its own with `content: None`;
-- `function_call_output` is `{"role": "tool", "tool_call_id": call_id, "content": output}`.
+- `function_call_output` is `{"role": "tool", "tool_call_id": call_id, "content": output}`;
+- a `compaction` item (what `/v1/responses/compact` returned, see `compaction`) is an assistant
+  message holding the model's summary.
 
-Items rltap cannot honour (hosted tool calls, `item_reference`: rltap keeps no item store) and
+Items rltap cannot honour (hosted tool calls, `item_reference`: items are not looked up by id) and
 non-function tools are rejected naming their type. `previous_response_id` is passed on; the
 session prepends that response's conversation. `reasoning.effort` switches the template's
 thinking (`rltap.protocols._thinking`); `reasoning` and `text` are echoed in the reply as sent,
@@ -240,7 +242,7 @@ def _as_sent(value: Any) -> Any:
 def _echo(wire: ResponsesRequest) -> dict[str, Any]:
     """`reasoning` and `text` as the reply object repeats them (OpenAI's defaults when unset)."""
     reasoning = {"effort": None, "summary": None, **(_as_sent(wire.reasoning) or {})}
-    text = _as_sent(getattr(wire, "text", None)) or {}
+    text = _as_sent(wire.text) or {}
     return {"reasoning": reasoning, "text": {"format": {"type": "text"}, **text}}
 
 
