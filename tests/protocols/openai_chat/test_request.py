@@ -176,6 +176,21 @@ def test_parts_the_model_cannot_read_are_listed_where_they_were() -> None:
             id="chat-template-kwargs",
         ),
         pytest.param(
+            {"reasoning_effort": "none"},
+            {"template_kwargs": {"enable_thinking": False}},
+            id="reasoning-effort-none",
+        ),
+        pytest.param(
+            {"reasoning_effort": "minimal"},
+            {"template_kwargs": {"enable_thinking": True}},
+            id="reasoning-effort-minimal",
+        ),
+        pytest.param(
+            {"reasoning_effort": "high", "chat_template_kwargs": {"enable_thinking": False}},
+            {"template_kwargs": {"enable_thinking": False}},
+            id="chat-template-kwargs-win-over-effort",
+        ),
+        pytest.param(
             {"tools": [TOOL], "tool_choice": "required", "parallel_tool_calls": False},
             {"tools": [TOOL], "tool_choice": "required", "parallel_tool_calls": False},
             id="tools-required",
@@ -315,6 +330,11 @@ def test_missing_model_defaults_to_empty() -> None:
             {"messages": [USER], "tools": [{"type": "function", "function": {}}]},
             "tools[0].function.name",
             id="tool-no-name",
+        ),
+        pytest.param(
+            {"messages": [USER], "reasoning_effort": "enormous"},
+            "reasoning_effort",
+            id="reasoning-effort",
         ),
     ],
 )
