@@ -352,3 +352,30 @@ async def test_a_conversation_keeps_compaction_items(proxy: RunningProxy) -> Non
     )
     items = [item async for item in client.conversations.items.list(conversation.id, order="asc")]
     assert items[1].model_dump(exclude_none=True) == compaction
+
+
+@pytest.mark.parametrize(
+    ("part", "param"),
+    [
+        pytest.param({"type": "input_text"}, "input[0].content[0].text", id="text-without-text"),
+        pytest.param(
+            {"type": "input_image", "image_url": "data:x"}, "input[0].content[0]", id="image"
+        ),
+    ],
+)
+async def test_errors_in_the_input_name_the_clients_own_items(
+    proxy: RunningProxy, part: dict[str, Any], param: str
+) -> None:
+    """Behind two items of history, the client's first item is still `input[0]`."""
+    _, key = await proxy.start_session()
+    client = client_for(proxy, key)
+    conversation = await client.conversations.create(
+        items=[{"role": "user", "content": "one"}, {"role": "assistant", "content": "two"}]
+    )
+    with pytest.raises(openai.BadRequestError) as caught:
+        await client.responses.create(
+            model="tiny",
+            conversation=conversation.id,
+            input=[{"role": "user", "content": [part]}],  # type: ignore[list-item]
+        )
+    assert caught.value.body["param"] == param  # type: ignore[index]

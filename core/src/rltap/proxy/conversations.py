@@ -13,7 +13,9 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, Literal
 
 import orjson
@@ -38,6 +40,7 @@ from rltap.protocols.openai_responses.conversations import (
     list_body,
     stored_items,
 )
+from rltap.protocols.openai_responses.input_items import input_messages
 from rltap.protocols.openai_responses.response import output_items
 from rltap.proxy.routing import SessionRoute, caller_session, proxy_state
 from rltap.proxy.state import SessionRecord
@@ -46,6 +49,7 @@ __all__ = ["ROUTER", "with_conversation"]
 
 ROUTER = APIRouter(route_class=SessionRoute)
 _CONVERSATION = "/v1/conversations/{conversation_id}"
+_INPUT_INDEX = re.compile(r"^input\[(\d+)\]")
 
 OnDone = Callable[[list[Generation]], None]
 
@@ -156,18 +160,39 @@ def with_conversation(
     if body.previous_response_id is not None:
         msg = "'previous_response_id' and 'conversation' cannot be used together."
         raise InvalidRequest(msg, param="conversation")
-    store = record.conversations
     conversation_id = _conversation_id(body.conversation)
-    history = store.items(conversation_id, param="conversation")
+    history = input_item_models(record.conversations.items(conversation_id, param="conversation"))
     sent = [{"role": "user", "content": body.input}] if isinstance(body.input, str) else None
     own = input_item_models(sent) if sent is not None else list(body.input or [])
-    wire = body.model_copy(
-        update={"input": [*input_item_models(history), *own], "conversation": None}
-    )
-    canonical = spec.to_canonical(wire)
-    canonical.echo["conversation"] = {"id": conversation_id}
+    # The client's own items alone first, so that an error names them as the client sent them.
+    input_messages(own, [])
     new_items = stored_items(own, "input")
+    wire = body.model_copy(update={"input": [*history, *own], "conversation": None})
+    canonical = spec.to_canonical(wire)
+    canonical.unsupported_content = [
+        replace(part, param=_own_path(part.param, len(history)))
+        for part in canonical.unsupported_content
+    ]
+    canonical.echo["conversation"] = {"id": conversation_id}
+    return canonical, _adder(record, conversation_id, canonical, new_items)
 
+
+def _own_path(param: str, history: int) -> str:
+    """A path into the history-then-input list as the client knows it: `conversation` for the
+    conversation's items, `input[i]...` counted from the client's first item."""
+    match = _INPUT_INDEX.match(param)
+    if match is None:
+        return param
+    index = int(match.group(1)) - history
+    return "conversation" if index < 0 else f"input[{index}]{param[match.end() :]}"
+
+
+def _adder(
+    record: SessionRecord,
+    conversation_id: str,
+    canonical: CanonicalRequest,
+    new_items: list[dict[str, Any]],
+) -> OnDone:
     def add_to_conversation(generations: list[Generation]) -> None:
         completed = [g for g in generations if g.finish_reason != "abort"]
         if not completed:  # a failed or aborted response adds nothing, as at OpenAI
@@ -179,8 +204,8 @@ def with_conversation(
         kept = None if interaction is None else interaction.response
         outputs = kept["output"] if kept else output_items(canonical, generation)
         try:
-            store.add(conversation_id, [*new_items, *outputs])
+            record.conversations.add(conversation_id, [*new_items, *outputs])
         except NotFound:  # deleted while the response ran: there is nothing to add to
             return
 
-    return canonical, add_to_conversation
+    return add_to_conversation
