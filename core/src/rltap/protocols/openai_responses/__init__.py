@@ -8,7 +8,9 @@ Usage:
     encoder = proto.StreamEncoder(request)               # response.* semantic events
 
 Errors use OpenAI's envelope, the same as Chat Completions'. See `request`, `response` and
-`stream` for the decisions the API leaves open.
+`stream` for the decisions the API leaves open. What OpenAI keeps on its server, conversations
+and their items (`conversations`) and compaction (`compaction`), is served by the proxy per
+session (`rltap.proxy.conversations`, with `GET /v1/responses/{id}`).
 """
 
 from __future__ import annotations
