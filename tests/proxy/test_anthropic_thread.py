@@ -107,3 +107,23 @@ async def test_an_unknown_thread_message_is_thread_not_found(
     assert error["type"] == "not_found_error"
     assert error["details"] == {"error_code": "thread_not_found"}
     assert "msg_unknown" in error["message"]
+
+
+async def test_a_continuation_forcing_a_tool_its_thread_lacks_is_400(
+    proxy: RunningProxy, http2: httpx2.AsyncClient
+) -> None:
+    _, key = await proxy.start_session()
+    client = anthropic.AsyncAnthropic(base_url=proxy.url, api_key=key, http_client=http2)
+    first = await client.messages.create(
+        model="tiny", max_tokens=32, messages=[{"role": "user", "content": "hello"}]
+    )
+    with pytest.raises(anthropic.BadRequestError) as info:
+        await client.messages.create(
+            model="tiny",
+            max_tokens=32,
+            messages=[{"role": "user", "content": "and now?"}],
+            tool_choice={"type": "tool", "name": "add"},
+            extra_body={"thread": {"type": "continue", "previous_message_id": first.id}},
+        )
+    assert "'add'" in info.value.message
+    assert "tools" in info.value.message

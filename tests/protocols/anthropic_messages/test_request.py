@@ -322,6 +322,13 @@ def test_thread_continue_names_the_message_it_continues() -> None:
     assert (request.previous_response_id, request.continues_thread) == ("msg_1", True)
     created = parse_request(body(thread={"type": "create"}))
     assert (created.previous_response_id, created.continues_thread) == (None, False)
+    # Without `tools`, a forced tool is the thread's: looked for by the session, not refused here.
+    forced = parse_request(body(thread=thread, tool_choice={"type": "tool", "name": "add"}))
+    assert (forced.tools, forced.tool_choice) == (None, {"name": "add"})
+    assert parse_request(body(thread=thread, tool_choice={"type": "any"})).tool_choice == "required"
+    with pytest.raises(InvalidRequest) as info:  # outside a thread it still needs 'tools'
+        parse_request(body(tool_choice={"type": "any"}))
+    assert info.value.param == "tool_choice.type"
 
 
 @pytest.mark.parametrize(

@@ -135,8 +135,11 @@ def to_canonical(params: MessageCreateParams) -> CanonicalRequest:
     """The canonical form of a validated request (cross-field checks raise `InvalidRequest`)."""
     _check_sampling(params)
     unsupported: list[UnsupportedContent] = []
+    continued = _continued_message(params)
     tools = _canonical_tools(params.tools)
-    tool_choice, parallel = canonical_tool_choice(params.tool_choice, tools)
+    tool_choice, parallel = canonical_tool_choice(
+        params.tool_choice, tools if tools or continued is None else _thread_tools(params)
+    )
     template_kwargs: dict[str, Any] = {}
     if params.thinking is not None:
         template_kwargs["enable_thinking"] = params.thinking.type != "disabled"
@@ -156,8 +159,8 @@ def to_canonical(params: MessageCreateParams) -> CanonicalRequest:
         stream=bool(params.stream),
         template_kwargs=template_kwargs,
         metadata=dict(params.metadata or {}),
-        previous_response_id=_continued_message(params),
-        continues_thread=params.thread is not None and params.thread.type == "continue",
+        previous_response_id=continued,
+        continues_thread=continued is not None,
         unsupported_content=unsupported,
     )
     schema_param = "output_format.schema" if params.output_format else "output_config.format.schema"
@@ -178,6 +181,13 @@ def _continued_message(params: MessageCreateParams) -> str | None:
         msg = "a thread continuation keeps the thread's system prompt; 'system' cannot be sent"
         raise InvalidRequest(msg, param="system")
     return thread.previous_message_id
+
+
+def _thread_tools(params: MessageCreateParams) -> list[dict[str, Any]]:
+    # A continuation without `tools` calls its thread's, which only the session knows: the tool
+    # a `tool_choice` forces is looked for there, when its grammar is built (a 400 if absent).
+    name = params.tool_choice.name if params.tool_choice is not None else None
+    return [{"type": "function", "function": {"name": name or ""}}]
 
 
 def _check_sampling(params: MessageCreateParams) -> None:
