@@ -127,3 +127,24 @@ async def test_a_continuation_forcing_a_tool_its_thread_lacks_is_400(
         )
     assert "'add'" in info.value.message
     assert "tools" in info.value.message
+
+
+async def test_the_sdk_replays_a_thread_the_session_lacks(
+    proxy: RunningProxy, http2: httpx2.AsyncClient, sent: list[dict[str, Any]]
+) -> None:
+    _, first_key = await proxy.start_session()
+    other_id, other_key = await proxy.start_session()
+    client = anthropic.AsyncAnthropic(base_url=proxy.url, api_key=first_key, http_client=http2)
+    thread = client.beta.messages.thread(model="tiny", max_tokens=32)
+    await thread.send({"role": "user", "content": "hello"})
+    # The next turn goes to another session, which never saw the first: thread_not_found, and the
+    # SDK sends the whole history again under a new thread.
+    client.api_key = other_key
+    reply = await thread.send({"role": "user", "content": "again"})
+    assert reply.content[0].type == "text"
+    assert [body["thread"]["type"] for body in sent] == ["create", "continue", "create"]
+    assert [m["role"] for m in sent[2]["messages"]] == ["user", "assistant", "user"]
+    assert (await proxy.session_post(other_key, "/rl/end_session")).status_code == 200
+    (item,) = (await proxy.export(other_id))["interactions"]
+    assert item["interaction_id"] == reply.id
+    assert [m["content"] for m in item["messages"] if m["role"] == "user"] == ["hello", "again"]
