@@ -15,7 +15,9 @@ from typing import Any
 
 import llguidance
 import pytest
+import torch
 
+from rltap.engines._sampling import RowSampler, sample_rows
 from rltap.engines.scripted import ScriptedEngine
 from rltap.engines.transformers import TransformersEngine
 from rltap.errors import EngineError, InvalidRequest
@@ -212,6 +214,22 @@ async def test_unconstrained_rows_get_the_tokens_they_get_alone(
         assert response.constrained
         assert response.stop_reason is StopReason.STOP
         assert_city(qwen_tokenizer.decode(response.output_tokens))
+
+
+@pytest.mark.parametrize("sampling", [{"temperature": 0.0}, {"temperature": 1.0, "seed": 1}])
+def test_allowed_tokens_far_below_the_likeliest_are_still_sampled(sampling: dict[str, Any]) -> None:
+    # exp(logp) of every allowed token underflows to 0 in float32 (logp ~ -1000): the
+    # sampler must still pick an allowed token, not a blocked one or an index past the end.
+    logits = torch.zeros(2, 1000)
+    logits[:, 0] = 1000.0
+    allowed = torch.zeros(1000, dtype=torch.uint8)
+    allowed[[5, 7]] = 1
+    request = ModelRequest(input_ids=[1], **sampling)
+    samplers = [RowSampler.for_request(request, torch.device("cpu")) for _ in range(2)]
+    tokens, logprobs = sample_rows(logits, samplers, {1: allowed})
+    assert tokens[0] == 0  # the unconstrained row
+    assert tokens[1] in (5, 7)
+    assert logprobs[1] == pytest.approx(-1000.0)  # the unmasked distribution's logprob
 
 
 # -- the scripted engine ----------------------------------------------------------------------

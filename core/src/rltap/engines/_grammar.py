@@ -130,11 +130,6 @@ class RequestGrammar:
         self.error: EngineError | None = None
 
     @property
-    def accepting(self) -> bool:
-        """The reply so far is a complete match (an end id may come next)."""
-        return bool(self._matcher.is_accepting())
-
-    @property
     def complete(self) -> bool:
         """The grammar allows nothing more; with no end id to emit, the reply ends here."""
         return bool(self._matcher.is_stopped()) and self._end_ids.size == 0

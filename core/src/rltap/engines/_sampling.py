@@ -76,11 +76,13 @@ def sample_rows(
     logp = torch.log_softmax(scaled, dim=-1)
     masks = masks or {}
     tokens = [0] * len(samplers)
-    greedy = [i for i, s in enumerate(samplers) if s.greedy]
+    greedy = [i for i, s in enumerate(samplers) if s.greedy and i not in masks]
     if greedy:
         for i, token in zip(greedy, scaled[greedy].argmax(dim=-1).tolist(), strict=True):
-            allowed = masks.get(i)
-            tokens[i] = int(token) if allowed is None else _masked_argmax(scaled[i], allowed)
+            tokens[i] = int(token)
+    for i, allowed in masks.items():
+        if samplers[i].greedy:  # argmax is slow on CPU: one per row, over the allowed only
+            tokens[i] = _masked_argmax(scaled[i], logp[i], allowed)
     sampled = [i for i, s in enumerate(samplers) if not s.greedy]
     if sampled:
         picks = _sample(
@@ -135,8 +137,21 @@ def _allowed_weights(row_scaled: torch.Tensor, allowed: torch.Tensor) -> torch.T
     return (masked - masked.max()).exp()
 
 
-def _masked_argmax(row_scaled: torch.Tensor, allowed: torch.Tensor) -> int:
-    return int(_allowed_weights(row_scaled, allowed).argmax())
+def _masked_argmax(row_scaled: torch.Tensor, row_logp: torch.Tensor, allowed: torch.Tensor) -> int:
+    weights = row_logp.exp().mul_(allowed.to(row_logp.device))
+    token = int(weights.argmax())
+    if weights[token] > 0:
+        return token
+    return int(_allowed_weights(row_scaled, allowed).argmax())  # every allowed one underflowed
+
+
+def _filter_row(probs: torch.Tensor, source: torch.Tensor, sampler: RowSampler) -> None:
+    """Top-k then top-p on one row of weights, in place; `source` orders the tokens."""
+    if 0 < sampler.top_k < probs.shape[0]:
+        kth = torch.topk(source, sampler.top_k).values[-1]
+        probs.masked_fill_(source < kth, 0.0)
+    if sampler.top_p < 1.0:
+        probs.copy_(_top_p_filter(probs, sampler.top_p))
 
 
 def _sample(
@@ -155,16 +170,16 @@ def _sample(
     for row, (sampler, allowed) in enumerate(zip(samplers, masks, strict=True)):
         if allowed is not None:
             probs[row].mul_(allowed.to(probs.device))
-            if not probs[row].any():  # every allowed token underflowed: weigh from their max
-                probs[row] = _allowed_weights(scaled[row], allowed)
-        if 0 < sampler.top_k < probs.shape[1]:
-            # The k likeliest allowed tokens (probs order them as the logits do).
-            source = scaled[row] if allowed is None else probs[row]
-            kth = torch.topk(source, sampler.top_k).values[-1]
-            probs[row].masked_fill_(source < kth, 0.0)
-        if sampler.top_p < 1.0:
-            probs[row] = _top_p_filter(probs[row], sampler.top_p)
+        # A constrained row's probs order its allowed tokens as the logits do.
+        _filter_row(probs[row], scaled[row] if allowed is None else probs[row], sampler)
     cdf = probs.double().cumsum(dim=-1)
+    totals = cdf[:, -1].tolist() if any(m is not None for m in masks) else []
+    for row, allowed in enumerate(masks):
+        if allowed is not None and totals[row] == 0:
+            # Every allowed token underflowed in exp(logp): weigh them from their own max.
+            weights = _allowed_weights(scaled[row], allowed)
+            _filter_row(weights, weights, samplers[row])
+            cdf[row] = weights.double().cumsum(dim=-1)
     total = cdf[:, -1]
     draws = torch.cat(
         [
