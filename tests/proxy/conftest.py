@@ -12,6 +12,7 @@ import pytest
 
 from rltap.chat.renderer import ChatRenderer
 from rltap.chat.streaming import build_output_parser
+from rltap.engines.base import InferenceEngine
 from rltap.engines.scripted import ScriptedEngine
 from rltap.proxy.state import ProxyConfig, ProxyLimits
 from rltap.session import SessionConfig
@@ -29,7 +30,7 @@ async def make_proxy(
     tiny_model: Any, tiny_model_dir: Path, renderer: ChatRenderer
 ) -> AsyncIterator[ProxyFactory]:
     """Start proxies with a given script, engine options, limits and renderer (default: the tiny
-    model's); all stop at teardown."""
+    model's), or in front of a given `engine` (closed at teardown); all stop at teardown."""
     async with contextlib.AsyncExitStack() as stack:
 
         async def start(
@@ -40,21 +41,26 @@ async def make_proxy(
             reasoning_parser: str | None = "qwen3",
             session_options: Mapping[str, Any] | None = None,
             chat_renderer: ChatRenderer | None = None,
+            engine: InferenceEngine | None = None,
             **engine_options: Any,
         ) -> RunningProxy:
-            engine = ScriptedEngine(
-                script, tiny_model, tokenizer=renderer.tokenizer, **engine_options
-            )
+            if engine is None:
+                engine = ScriptedEngine(
+                    script, tiny_model, tokenizer=renderer.tokenizer, **engine_options
+                )
+            else:
+                stack.push_async_callback(engine.close)
+            options = {
+                "max_context": max_context,
+                "default_max_tokens": 256,
+                "output_parser": build_output_parser("hermes", reasoning_parser),
+                **(session_options or {}),
+            }
             config = ProxyConfig(
                 admin_key=TEST_ADMIN_KEY,
                 model_name="tiny",
                 limits=limits or ProxyLimits(capacity=64),
-                session=SessionConfig(
-                    max_context=max_context,
-                    default_max_tokens=256,
-                    output_parser=build_output_parser("hermes", reasoning_parser),
-                    **(session_options or {}),
-                ),
+                session=SessionConfig(**options),
                 max_body_bytes=1_000_000,
             )
             running: RunningProxy = await stack.enter_async_context(
