@@ -550,7 +550,19 @@ HOSTILE: list[tuple[str, Any]] = [
     ("/v1/chat/completions", {**CHAT_BODY, "logprobs": True, "top_logprobs": 5}),
     ("/v1/chat/completions", {**CHAT_BODY, "stream_options": {"include_usage": "x"}}),
     ("/v1/chat/completions", {**CHAT_BODY, "stream_options": 5}),
-    ("/v1/chat/completions", {**CHAT_BODY, "response_format": {"type": "json_object"}}),
+    # A valid format would be honoured: the scripted reply then breaks its grammar (a 502 of
+    # the fake engine, as meant); a schema that cannot compile is the client's mistake, a 400.
+    (
+        "/v1/chat/completions",
+        {
+            **CHAT_BODY,
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "x", "schema": {"type": "strin"}},
+            },
+        },
+    ),
+    ("/v1/chat/completions", {**CHAT_BODY, "response_format": {"type": "json_schema"}}),
     ("/v1/chat/completions", {**CHAT_BODY, "model": None}),
     ("/v1/chat/completions", {**CHAT_BODY, "chat_template_kwargs": "x"}),
     ("/v1/responses", {"input": [{"type": "function_call_output", "call_id": "x", "output": "y"}]}),
