@@ -12,7 +12,6 @@ import contextlib
 import time
 from typing import Any
 
-import orjson
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -24,6 +23,7 @@ from rltap.proxy.routing import (
     OpenRoute,
     SessionRoute,
     caller_session,
+    json_response,
     proxy_state,
 )
 from rltap.proxy.state import SessionRecord, SessionState
@@ -85,16 +85,12 @@ class ExportRequest(BaseModel):
     wait_timeout: float | None = Field(default=None, ge=0.0, allow_inf_nan=False)
 
 
-def _json(body: Any) -> Response:
-    return Response(orjson.dumps(body), media_type="application/json")
-
-
 @admin_routes.post("/grant_capacity")
 async def grant_capacity(request: Request) -> Response:
     state = proxy_state(request)
     expires_in = state.store.grant()
     state.metrics.open_sessions.set(state.store.open_sessions)
-    return _json({"granted": True, "expires_in": expires_in})
+    return json_response({"granted": True, "expires_in": expires_in})
 
 
 @admin_routes.post("/rl/start_session")
@@ -103,7 +99,7 @@ async def start_session(request: Request, body: StartSessionRequest | None = Non
     body = body or StartSessionRequest()
     session_id, key = state.store.start(task_id=body.task_id, api_key=body.api_key)
     state.metrics.open_sessions.set(state.store.open_sessions)
-    return _json({"session_id": session_id, "api_key": key})
+    return json_response({"session_id": session_id, "api_key": key})
 
 
 @session_routes.post("/rl/set_reward")
@@ -116,7 +112,7 @@ async def set_reward(request: Request, body: SetRewardRequest) -> Response:
         interaction_id = cache.set_last_reward(reward)
     else:
         cache.set_reward(interaction_id, reward)
-    return _json({"interaction_id": interaction_id, "reward": reward})
+    return json_response({"interaction_id": interaction_id, "reward": reward})
 
 
 @session_routes.post("/rl/end_session")
@@ -124,14 +120,14 @@ async def end_session(request: Request) -> Response:
     state, record = proxy_state(request), caller_session(request)
     state.store.end(record)
     state.metrics.open_sessions.set(state.store.open_sessions)
-    return _json({"session_id": record.session_id, "state": record.state.value})
+    return json_response({"session_id": record.session_id, "state": record.state.value})
 
 
 @admin_routes.post("/rl/set_version")
 async def set_version(request: Request, body: SetVersionRequest) -> Response:
     state = proxy_state(request)
     state.engine.set_version(body.version)
-    return _json({"version": state.engine.version})
+    return json_response({"version": state.engine.version})
 
 
 @admin_routes.post("/export_trajectories")
@@ -147,13 +143,13 @@ async def export_trajectories(request: Request, body: ExportRequest) -> Response
     exported = export_body(record, body.discount, body.style, body.aggregate)
     state.store.free(record)
     state.metrics.open_sessions.set(state.store.open_sessions)
-    return _json(exported)
+    return json_response(exported)
 
 
 @open_routes.get("/health")
 async def health(request: Request) -> Response:
     state = proxy_state(request)
-    return _json(
+    return json_response(
         {"status": "ok", "model": state.config.model_name, "version": state.engine.version}
     )
 
@@ -165,7 +161,7 @@ async def models(request: Request) -> Response:
     if not (key and state.store.is_admin(key)):  # the admin key or a live session's key
         state.store.session_for_key(key)
     model = {"id": state.config.model_name, "object": "model", "created": 0, "owned_by": "rltap"}
-    return _json({"object": "list", "data": [model]})
+    return json_response({"object": "list", "data": [model]})
 
 
 @open_routes.get("/metrics")

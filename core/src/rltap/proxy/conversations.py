@@ -18,7 +18,6 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, Literal
 
-import orjson
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel
 
@@ -42,7 +41,7 @@ from rltap.protocols.openai_responses.conversations import (
 )
 from rltap.protocols.openai_responses.input_items import input_messages
 from rltap.protocols.openai_responses.response import output_items
-from rltap.proxy.routing import SessionRoute, caller_session, proxy_state
+from rltap.proxy.routing import SessionRoute, caller_session, json_response, proxy_state
 from rltap.proxy.state import SessionRecord
 
 __all__ = ["ROUTER", "with_conversation"]
@@ -52,10 +51,6 @@ _CONVERSATION = "/v1/conversations/{conversation_id}"
 _INPUT_INDEX = re.compile(r"^input\[(\d+)\]")
 
 OnDone = Callable[[list[Generation]], None]
-
-
-def _json(body: Any) -> Response:
-    return Response(orjson.dumps(body), media_type="application/json")
 
 
 def _store(request: Request) -> ConversationStore:
@@ -69,7 +64,7 @@ async def retrieve_response(request: Request, response_id: str) -> Response:
     if body is None:
         msg = f"Response with id '{response_id}' not found."
         raise NotFound(msg, param="response_id")
-    return _json(body)
+    return json_response(body)
 
 
 @ROUTER.post("/v1/responses/compact")
@@ -83,7 +78,7 @@ async def compact(request: Request, body: CompactRequest) -> Response:
         record.call_finished()
         proxy_state(request).store.touch(record)
     prompt = record.session.cache[generation.interaction_id].messages
-    return _json(compacted_body(prompt, generation))
+    return json_response(compacted_body(prompt, generation))
 
 
 @ROUTER.post("/v1/conversations")
@@ -92,24 +87,24 @@ async def create_conversation(
 ) -> Response:
     body = body or ConversationCreateRequest()
     items = stored_items(body.items or [])
-    return _json(_store(request).create(items, body.metadata))
+    return json_response(_store(request).create(items, body.metadata))
 
 
 @ROUTER.get(_CONVERSATION)
 async def retrieve_conversation(request: Request, conversation_id: str) -> Response:
-    return _json(_store(request).retrieve(conversation_id))
+    return json_response(_store(request).retrieve(conversation_id))
 
 
 @ROUTER.post(_CONVERSATION)
 async def update_conversation(
     request: Request, conversation_id: str, body: ConversationUpdateRequest
 ) -> Response:
-    return _json(_store(request).update(conversation_id, body.metadata))
+    return json_response(_store(request).update(conversation_id, body.metadata))
 
 
 @ROUTER.delete(_CONVERSATION)
 async def delete_conversation(request: Request, conversation_id: str) -> Response:
-    return _json(_store(request).delete(conversation_id))
+    return json_response(_store(request).delete(conversation_id))
 
 
 @ROUTER.post(_CONVERSATION + "/items")
@@ -117,7 +112,7 @@ async def add_items(
     request: Request, conversation_id: str, body: ConversationItemsRequest
 ) -> Response:
     added = _store(request).add(conversation_id, stored_items(body.items))
-    return _json(list_body(added))
+    return json_response(list_body(added))
 
 
 @ROUTER.get(_CONVERSATION + "/items")
@@ -129,17 +124,17 @@ async def list_items(
     after: str | None = None,
 ) -> Response:
     page = _store(request).list_items(conversation_id, limit=limit, order=order, after=after)
-    return _json(page)
+    return json_response(page)
 
 
 @ROUTER.get(_CONVERSATION + "/items/{item_id}")
 async def retrieve_item(request: Request, conversation_id: str, item_id: str) -> Response:
-    return _json(_store(request).retrieve_item(conversation_id, item_id))
+    return json_response(_store(request).retrieve_item(conversation_id, item_id))
 
 
 @ROUTER.delete(_CONVERSATION + "/items/{item_id}")
 async def delete_item(request: Request, conversation_id: str, item_id: str) -> Response:
-    return _json(_store(request).delete_item(conversation_id, item_id))
+    return json_response(_store(request).delete_item(conversation_id, item_id))
 
 
 def _conversation_id(value: str | dict[str, Any]) -> str:

@@ -22,7 +22,6 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import orjson
 from fastapi import Request, Response
 from fastapi.responses import StreamingResponse
 from fastapi.routing import APIRoute
@@ -35,7 +34,7 @@ from rltap.protocols import SPECS, ApiSpec
 from rltap.proxy.conversations import with_conversation
 from rltap.proxy.metrics import ProxyMetrics
 from rltap.proxy.middleware import STARTED
-from rltap.proxy.routing import proxy_state, session_of
+from rltap.proxy.routing import json_response, proxy_state, session_of
 from rltap.proxy.state import SessionRecord
 
 __all__ = ["DOCUMENTED", "ENDPOINTS"]
@@ -76,7 +75,7 @@ async def generate(
 
     result = await exchange.reply(record.session, canonical, done)
     if isinstance(result, exchange.JsonReply):
-        return Response(orjson.dumps(result.body), media_type="application/json")
+        return json_response(result.body)
     return StreamingResponse(result.chunks, media_type="text/event-stream", headers=_SSE_HEADERS)
 
 

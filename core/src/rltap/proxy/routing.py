@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 from fastapi import Request, Response
 from fastapi.routing import APIRoute
 from starlette.datastructures import MutableHeaders
@@ -32,6 +33,7 @@ __all__ = [
     "OpenRoute",
     "SessionRoute",
     "caller_session",
+    "json_response",
     "proxy_state",
     "session_of",
 ]
@@ -102,3 +104,8 @@ def caller_session(request: Request) -> SessionRecord:
     """The session whose key a `SessionRoute` request came with."""
     record: SessionRecord = request.state.rltap_session
     return record
+
+
+def json_response(body: Any) -> Response:
+    """A JSON body (orjson) with the JSON media type: what every proxy route answers."""
+    return Response(orjson.dumps(body), media_type="application/json")

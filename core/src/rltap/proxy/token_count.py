@@ -10,11 +10,10 @@ calls it before every step, the anthropic SDK as `client.messages.count_tokens(.
 
 from __future__ import annotations
 
-import orjson
 from fastapi import APIRouter, Request, Response
 
 from rltap.protocols.anthropic_messages import SPEC, MessageCreateParams
-from rltap.proxy.routing import SessionRoute, caller_session
+from rltap.proxy.routing import SessionRoute, caller_session, json_response
 
 __all__ = ["TOKEN_COUNT_ROUTER"]
 
@@ -25,4 +24,4 @@ TOKEN_COUNT_ROUTER = APIRouter(route_class=SessionRoute)
 async def count_tokens(request: Request, body: MessageCreateParams) -> Response:
     record = caller_session(request)
     count = record.session.count_tokens(SPEC.to_canonical(body))
-    return Response(orjson.dumps({"input_tokens": count}), media_type="application/json")
+    return json_response({"input_tokens": count})
