@@ -1,4 +1,5 @@
-"""The matrix's baseline cells: agents written with the plain openai and anthropic SDKs."""
+"""The matrix's baseline cells: agents written with the plain openai and anthropic SDKs (their tool
+loops, and their `parse` helpers for structured output)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from typing import Any
 
 from rltap.testing.matrix import AdapterMatrixTests, final_answer_reward
 from rltap.testing.sdk_agents import AnthropicSDKAgent, OpenAISDKAgent
+from rltap.testing.structured import AnthropicSDKParseAgent, OpenAISDKParseAgent, forecast_reward
 
 
 class TestOpenAISDKMatrix(AdapterMatrixTests):
@@ -15,6 +17,11 @@ class TestOpenAISDKMatrix(AdapterMatrixTests):
     def make_agent(self, *, tools: bool, stream: bool, wire_format: str) -> Any:
         return OpenAISDKAgent(wire_format=wire_format, stream=stream, reward_fn=final_answer_reward)
 
+    def make_structured_agent(self, *, stream: bool, wire_format: str) -> Any:
+        return OpenAISDKParseAgent(
+            wire_format=wire_format, stream=stream, reward_fn=forecast_reward
+        )
+
 
 class TestAnthropicSDKMatrix(AdapterMatrixTests):
     framework = "anthropic-sdk"
@@ -22,3 +29,6 @@ class TestAnthropicSDKMatrix(AdapterMatrixTests):
 
     def make_agent(self, *, tools: bool, stream: bool, wire_format: str) -> Any:
         return AnthropicSDKAgent(stream=stream, reward_fn=final_answer_reward)
+
+    def make_structured_agent(self, *, stream: bool, wire_format: str) -> Any:
+        return AnthropicSDKParseAgent(stream=stream, reward_fn=forecast_reward)

@@ -13,6 +13,7 @@ from camel.agents import ChatAgent
 from camel.societies import RolePlaying
 from camel.toolkits import FunctionTool
 
+from rltap.testing.structured import Forecast
 from rltap_camel import CamelAdapter, ProxyModel
 
 EXPECTED = "Final answer: 4"
@@ -96,6 +97,21 @@ async def role_play_async(data: Any, model: ProxyModel) -> Any:
     society = await asyncio.to_thread(_society, data, model)
     assistant, _user = await society.astep(await society.ainit_chat())
     return assistant.msg.content
+
+
+def forecast_step(data: Any, model: ProxyModel) -> Any:
+    """`ChatAgent.step(..., response_format=Forecast)` (sync): the parsed reply."""
+    agent = ChatAgent("You forecast the weather.", model=model, stream_accumulate=True)
+    return agent.step(data["question"], response_format=Forecast).msgs[0].parsed
+
+
+async def forecast_astep(data: Any, model: ProxyModel) -> Any:
+    """`ChatAgent.astep(..., response_format=Forecast)`; a streamed step is awaited."""
+    agent = ChatAgent("You forecast the weather.", model=model, stream_accumulate=True)
+    response = await agent.astep(data["question"], response_format=Forecast)
+    if model.stream:
+        response = await response
+    return response.msgs[0].parsed
 
 
 EPISODES = {

@@ -15,6 +15,7 @@ from langchain_openai import ChatOpenAI
 
 from rltap.adapter import check_api
 from rltap.testing.scripts import FINAL_PREFIX
+from rltap.testing.structured import Forecast, forecast_reward
 from rltap_langchain import LangChainAdapter, final_text
 
 # The calculator's fixed answer: the script's final reply quotes the tool result.
@@ -100,4 +101,39 @@ def make_adapter(*, tools: bool, stream: bool, wire_format: str) -> LangChainAda
         stream=stream,
         input_fn=agent_input if tools else None,
         reward_fn=final_answer_reward if tools else None,
+    )
+
+
+def build_json_schema_forecaster(llm: ChatOpenAI, data: Any) -> Runnable[Any, Any]:
+    """`with_structured_output(Forecast, method="json_schema")`: the schema as response_format."""
+    return llm.with_structured_output(Forecast, method="json_schema")
+
+
+def build_function_calling_forecaster(llm: ChatOpenAI, data: Any) -> Runnable[Any, Any]:
+    """`with_structured_output(Forecast, method="function_calling")`: a forced tool call."""
+    return llm.with_structured_output(Forecast, method="function_calling")
+
+
+def build_forecast_agent(llm: ChatOpenAI, data: Any) -> Runnable[Any, Any]:
+    """`create_agent(response_format=Forecast)`: the agent's `structured_response`."""
+    return create_agent(llm, tools=[], response_format=Forecast)
+
+
+def question_input(data: Any) -> str:
+    return str(data["question"])
+
+
+def structured_response_reward(result: Any, data: Any) -> float:
+    """The structured cells' reward: 1.0 when the agent's structured_response is a `Forecast`."""
+    return forecast_reward(result.get("structured_response"), data)
+
+
+def make_structured_adapter(*, stream: bool, wire_format: str) -> LangChainAdapter:
+    """What the matrix's structured-output cells run: `create_agent(response_format=Forecast)`."""
+    return LangChainAdapter(
+        build_forecast_agent,
+        api=check_api(wire_format),
+        stream=stream,
+        input_fn=agent_input,
+        reward_fn=structured_response_reward,
     )

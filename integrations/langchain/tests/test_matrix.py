@@ -1,14 +1,15 @@
 """LangChain's cells of the integration matrix (`rltap.testing.matrix`).
 
 inline | subproc x stream | no stream x Chat Completions | Responses: the `create_agent` tool
-agent through `OpenAIProxyWorkflow`, each cell recorded for the table `make test` prints.
+agent, and `create_agent(response_format=Forecast)` for the structured-output column, through
+`OpenAIProxyWorkflow`, each cell recorded for the table `make test` prints.
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
 
-from lc_builders import make_adapter
+from lc_builders import make_adapter, make_structured_adapter
 
 from rltap.testing.matrix import AdapterMatrixTests
 from rltap_langchain import LangChainAdapter
@@ -21,3 +22,6 @@ class TestLangChainMatrix(AdapterMatrixTests):
 
     def make_agent(self, *, tools: bool, stream: bool, wire_format: str) -> LangChainAdapter:
         return make_adapter(tools=tools, stream=stream, wire_format=wire_format)
+
+    def make_structured_agent(self, *, stream: bool, wire_format: str) -> LangChainAdapter:
+        return make_structured_adapter(stream=stream, wire_format=wire_format)

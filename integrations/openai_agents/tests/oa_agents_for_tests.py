@@ -9,6 +9,7 @@ from typing import Any
 from agents import Agent, RunConfig, Runner, function_tool
 
 from rltap.testing.matrix import final_answer_reward
+from rltap.testing.structured import Forecast, forecast_reward
 from rltap_openai_agents import OpenAIAgentsAdapter
 
 FINAL_ANSWER = "Final answer: 5"  # tool_loop calls calculate("2+3"), then answers with its result
@@ -82,4 +83,40 @@ def make_adapter(*, tools: bool, stream: bool, wire_format: str) -> OpenAIAgents
         api=wire_format,  # type: ignore[arg-type]
         stream=stream,
         reward_fn=final_output_reward,
+    )
+
+
+def build_forecaster(data: Any) -> Agent[Any]:
+    """An agent whose final output is a `Forecast` (the SDK sends its JSON schema)."""
+    return Agent(
+        name="forecaster", instructions="Forecast tomorrow's weather.", output_type=Forecast
+    )
+
+
+async def forecast_run(run_config: RunConfig, data: Any) -> Any:
+    """The episode mode: `Runner.run` of the forecaster, returning its final output."""
+    result = await Runner.run(build_forecaster(data), data["question"], run_config=run_config)
+    return result.final_output
+
+
+async def forecast_run_streamed(run_config: RunConfig, data: Any) -> Any:
+    """The episode mode: `Runner.run_streamed`, its events consumed, returning the final output."""
+    result = Runner.run_streamed(build_forecaster(data), data["question"], run_config=run_config)
+    async for _ in result.stream_events():
+        pass
+    return result.final_output
+
+
+def final_forecast_reward(result: Any, data: Any) -> float:
+    """The structured cells' reward: 1.0 when the run's final output is a parsed `Forecast`."""
+    return forecast_reward(result.final_output, data)
+
+
+def make_structured_adapter(*, stream: bool, wire_format: str) -> OpenAIAgentsAdapter:
+    """The agent the matrix's structured-output cells run: `output_type=Forecast`."""
+    return OpenAIAgentsAdapter(
+        build_forecaster,
+        api=wire_format,  # type: ignore[arg-type]
+        stream=stream,
+        reward_fn=final_forecast_reward,
     )

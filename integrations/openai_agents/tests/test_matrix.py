@@ -1,14 +1,15 @@
 """The OpenAI Agents SDK's cells of the integration matrix (`rltap.testing.matrix`).
 
 inline | subproc x stream | no stream x Chat Completions | Responses: the calculator agent (a real
-`function_tool`) through `OpenAIProxyWorkflow`, each cell recorded for the table `make test` prints.
+`function_tool`), and an agent with `output_type=Forecast` for the structured-output column, through
+`OpenAIProxyWorkflow`, each cell recorded for the table `make test` prints.
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
 
-from oa_agents_for_tests import make_adapter
+from oa_agents_for_tests import make_adapter, make_structured_adapter
 
 from rltap.testing.matrix import AdapterMatrixTests
 from rltap_openai_agents import OpenAIAgentsAdapter
@@ -21,3 +22,6 @@ class TestOpenAIAgentsMatrix(AdapterMatrixTests):
 
     def make_agent(self, *, tools: bool, stream: bool, wire_format: str) -> OpenAIAgentsAdapter:
         return make_adapter(tools=tools, stream=stream, wire_format=wire_format)
+
+    def make_structured_agent(self, *, stream: bool, wire_format: str) -> OpenAIAgentsAdapter:
+        return make_structured_adapter(stream=stream, wire_format=wire_format)

@@ -1,7 +1,8 @@
 """A scripted proxy for adapter tests, and the checks every recorded episode must pass.
 
-`scripted_proxy(script)` serves the tiny model behind the scripted engine on 127.0.0.1 (the model
-and renderer are loaded once per process). `check_episode` verifies what the matrix asserts of
+`scripted_proxy(script)` serves the tiny model behind the scripted engine on 127.0.0.1,
+`embedded_proxy()` behind the embedded engine (the model and renderer are loaded once per
+process). `check_episode` verifies what the matrix asserts of
 each cell: parents link the turns, the recorded tokens are what the engine consumed and produced,
 the logprobs equal a fresh forward pass, the reward sits on the right interaction, and the concat
 export is one sequence per leaf with the loss mask on every generated segment.
@@ -31,6 +32,8 @@ __all__ = [
     "EpisodeCheckError",
     "ProxyFactory",
     "check_episode",
+    "embedded_engine",
+    "embedded_proxy",
     "scripted_engine",
     "scripted_proxies",
     "scripted_proxy",
@@ -68,11 +71,41 @@ def scripted_engine(script: Any = tool_loop, **options: Any) -> InferenceEngine:
     return ScriptedEngine(script, tiny_model(), tokenizer=tiny_renderer().tokenizer, **options)
 
 
+def embedded_engine(**options: Any) -> InferenceEngine:
+    """The embedded engine sampling from the tiny model itself."""
+    from rltap.engines.transformers import TransformersEngine
+
+    return TransformersEngine(tiny_model(), tokenizer=tiny_renderer().tokenizer, **options)
+
+
 @contextlib.asynccontextmanager
 async def scripted_proxy(
     script: Any = tool_loop, *, capacity: int = 64, **engine_options: Any
 ) -> AsyncIterator[RunningProxy]:
     """A real proxy on 127.0.0.1 answering with `script` (default: the tool loop)."""
+    engine = scripted_engine(script, **engine_options)
+    async with _tiny_proxy(engine, capacity, reasoning_parser="qwen3") as proxy:
+        yield proxy
+
+
+@contextlib.asynccontextmanager
+async def embedded_proxy(
+    *, capacity: int = 64, **engine_options: Any
+) -> AsyncIterator[RunningProxy]:
+    """A real proxy on 127.0.0.1 in front of the embedded engine and the tiny model: what
+    structured outputs run on, since there the grammar, not a script, shapes the reply.
+
+    No reasoning parser: with one, a grammar lets the reply think first, in free text, and the
+    random model, once inside `<think>`, all but never picks `</think>` out of 151k tokens.
+    """
+    async with _tiny_proxy(embedded_engine(**engine_options), capacity, None) as proxy:
+        yield proxy
+
+
+@contextlib.asynccontextmanager
+async def _tiny_proxy(
+    engine: InferenceEngine, capacity: int, reasoning_parser: str | None
+) -> AsyncIterator[RunningProxy]:
     config = ProxyConfig(
         admin_key=TEST_ADMIN_KEY,
         model_name="tiny",
@@ -80,12 +113,10 @@ async def scripted_proxy(
         session=SessionConfig(
             max_context=4096,
             default_max_tokens=256,
-            output_parser=build_output_parser("hermes", "qwen3"),
+            output_parser=build_output_parser("hermes", reasoning_parser),
         ),
     )
-    async with start_test_proxy(
-        scripted_engine(script, **engine_options), tiny_renderer(), config
-    ) as proxy:
+    async with start_test_proxy(engine, tiny_renderer(), config) as proxy:
         yield proxy
 
 

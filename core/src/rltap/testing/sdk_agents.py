@@ -12,7 +12,7 @@ from typing import Any
 
 from rltap.adapter import AgentAdapter, Connection
 
-__all__ = ["ADD_TOOL", "AnthropicSDKAgent", "OpenAISDKAgent", "add"]
+__all__ = ["ADD_TOOL", "AnthropicSDKAgent", "OpenAISDKAgent", "add", "anthropic_client"]
 
 ADD_TOOL = {
     "name": "add",
@@ -108,6 +108,16 @@ class OpenAISDKAgent(AgentAdapter):
         return ""
 
 
+def anthropic_client(connection: Connection) -> Any:
+    """An `AsyncAnthropic` on the proxy of `connection`, without retries."""
+    import anthropic
+
+    # anthropic 2.x takes an httpx2 client: the workflow's httpx client is not passed on.
+    return anthropic.AsyncAnthropic(
+        base_url=connection.root_url, api_key=connection.api_key, max_retries=0
+    )
+
+
 class AnthropicSDKAgent(AgentAdapter):
     """`AsyncAnthropic` on the proxy's /v1/messages."""
 
@@ -118,12 +128,7 @@ class AnthropicSDKAgent(AgentAdapter):
         self.stream = stream
 
     async def _run(self, data: Any, connection: Connection, **kwargs: Any) -> Any:
-        import anthropic
-
-        # anthropic 2.x takes an httpx2 client: the workflow's httpx client is not passed on.
-        client: Any = anthropic.AsyncAnthropic(
-            base_url=connection.root_url, api_key=connection.api_key, max_retries=0
-        )
+        client = anthropic_client(connection)
         messages: list[Any] = [{"role": "user", "content": data["question"]}]
         tools: list[Any] = [
             {
