@@ -14,9 +14,10 @@ that tool's `parameters` schema):
 - `tool_choice` "required": one or more calls (exactly one when `parallel_tool_calls` is false);
   a named tool: calls of that tool only; neither lets text come first, so even a weak model
   reaches the call;
-- "auto" (or unset) with tools and `parallel_tool_calls` false: a text reply, or at most one
-  call (after text where the format allows it); with a response format as well: calls, or the
-  JSON value (the grammar is tool call | schema, DESIGN.md);
+- "auto" (or unset) with tools and a response format: calls (one, if `parallel_tool_calls` is
+  false), or the JSON value (the grammar is tool call | schema, DESIGN.md); with tools,
+  `parallel_tool_calls` false and no format: a text reply, or at most one call (after text where
+  the format allows it); with tools alone: no grammar;
 - "none": no call: text in which the format's opening tag never occurs (hermes `<tool_call>`,
   mistral `[TOOL_CALLS]`; llama3: text that does not start with `{` and holds no
   `<|python_tag|>`), or the JSON value when a response format is given.
