@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import llguidance
 import orjson
 
+from rltap.chat.grammar_tokenizer import llguidance_tokenizer
 from rltap.chat.lark_syntax import TokenSyntax, literal, text_without
 from rltap.chat.lru import LRUCache
 from rltap.chat.streaming import OutputParser
@@ -303,7 +304,8 @@ class GrammarChecker:
     """Checks grammars against one tokenizer with llguidance; results cached by grammar text.
 
     llguidance's tokenizer is built on the first check (a walk over the vocabulary: about two
-    seconds for Qwen's 151k tokens), once per renderer (`grammar_checker`).
+    seconds for Qwen's 151k tokens), once per process and tokenizer, shared with the engines
+    (`rltap.chat.grammar_tokenizer`).
     """
 
     def __init__(self, tokenizer: Any) -> None:
@@ -317,10 +319,8 @@ class GrammarChecker:
     def _llg_tokenizer(self) -> llguidance.LLTokenizer | None:
         with self._lock:
             if self._built is None and not self._slow:
-                import llguidance.hf
-
                 try:
-                    self._built = llguidance.hf.from_tokenizer(self._tokenizer)
+                    self._built = llguidance_tokenizer(self._tokenizer)
                 except ValueError:
                     # A slow tokenizer: the grammar is checked alone (its token ids come from
                     # the tokenizer's own added vocabulary, so they exist).

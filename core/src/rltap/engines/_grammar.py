@@ -17,23 +17,17 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import llguidance
 import llguidance.numpy
 import numpy as np
 
+from rltap.chat.grammar_tokenizer import llguidance_tokenizer
 from rltap.errors import EngineError, InvalidRequest
 from rltap.types import Constraint
 
 __all__ = ["GrammarTokenizer", "RequestGrammar", "allowed_tokens"]
-
-
-# Tokenizers loaded from the same folder are the same tokenizer: build llguidance's view once
-# per process, not once per engine (tests and rollouts start many engines over one model).
-_BUILT: dict[tuple[str, int, int], llguidance.LLTokenizer] = {}
-_BUILT_LOCK = threading.Lock()
 
 
 class GrammarTokenizer:
@@ -61,19 +55,14 @@ class GrammarTokenizer:
             return self._built
 
     def _build(self) -> llguidance.LLTokenizer:
-        hf_tokenizer = self._hf_tokenizer
-        if hf_tokenizer is None:
+        if self._hf_tokenizer is None:
             msg = "constrained decoding needs the model's tokenizer; this engine has none"
             raise EngineError(msg)
-        n_vocab = max(self._vocab_size, len(hf_tokenizer))
-        folder = str(getattr(hf_tokenizer, "name_or_path", "") or "")
-        if not folder or not Path(folder).is_dir():
-            return _from_hf(hf_tokenizer, n_vocab)
-        key = (str(Path(folder).resolve()), len(hf_tokenizer), n_vocab)
-        with _BUILT_LOCK:
-            if key not in _BUILT:
-                _BUILT[key] = _from_hf(hf_tokenizer, n_vocab)
-            return _BUILT[key]
+        try:
+            return llguidance_tokenizer(self._hf_tokenizer)
+        except ValueError as exc:  # a slow (Python) tokenizer
+            msg = f"constrained decoding needs a fast tokenizer: {exc}"
+            raise EngineError(msg) from exc
 
     def matcher(self, constraint: Constraint, end_ids: Sequence[int]) -> RequestGrammar:
         """A fresh matcher for `constraint`; a grammar llguidance cannot compile is a 400."""
@@ -90,16 +79,6 @@ class GrammarTokenizer:
             grammar_eos_ids=tokenizer.eos_tokens,
             mask_width=tokenizer.vocab_size,
         )
-
-
-def _from_hf(hf_tokenizer: Any, n_vocab: int) -> llguidance.LLTokenizer:
-    import llguidance.hf
-
-    try:
-        return llguidance.hf.from_tokenizer(hf_tokenizer, n_vocab=n_vocab)
-    except ValueError as exc:  # a slow (Python) tokenizer
-        msg = f"constrained decoding needs a fast tokenizer: {exc}"
-        raise EngineError(msg) from exc
 
 
 def _first_line(error: str) -> str:
@@ -120,7 +99,7 @@ class RequestGrammar:
         mask_width: int,
     ) -> None:
         self._matcher = matcher
-        self.mask_width = mask_width  # llguidance's vocabulary (>= the logits' width)
+        self.mask_width = mask_width  # the tokenizer's vocabulary (logits may be wider)
         self.constraint = constraint
         self._end_ids = np.array(sorted(set(end_ids)), dtype=np.int64)
         self._grammar_eos_ids = np.array(sorted(set(grammar_eos_ids)), dtype=np.int64)
@@ -178,6 +157,8 @@ def allowed_tokens(grammars: Sequence[RequestGrammar], vocab_size: int) -> np.nd
         llguidance.numpy.fill_next_token_bitmask(grammar.matcher, bitmask, row)
     # Token i is bit i % 32 of word i // 32: little-endian words unpack in token order.
     allowed = np.unpackbits(bitmask.view(np.uint8), axis=1, bitorder="little")[:, :vocab_size]
+    if allowed.shape[1] < vocab_size:  # the model's padded rows: never a token of the text
+        allowed = np.pad(allowed, ((0, 0), (0, vocab_size - allowed.shape[1])))
     for row, grammar in enumerate(grammars):
         grammar.fill_row(allowed[row])
         if not allowed[row].any():
