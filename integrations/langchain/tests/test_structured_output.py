@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from lc_builders import (
+    ONE_CALL,
     agent_input,
     build_forecast_agent,
     build_function_calling_forecaster,
@@ -42,13 +43,17 @@ def _structured_response(result: Any) -> Any:
 
 
 WAYS = [
-    pytest.param(build_json_schema_forecaster, question_input, _parsed, id="json_schema"),
-    pytest.param(build_function_calling_forecaster, question_input, _parsed, id="function_calling"),
-    pytest.param(build_forecast_agent, agent_input, _structured_response, id="create_agent"),
+    pytest.param(build_json_schema_forecaster, question_input, _parsed, {}, id="json_schema"),
+    pytest.param(
+        build_function_calling_forecaster, question_input, _parsed, {}, id="function_calling"
+    ),
+    pytest.param(
+        build_forecast_agent, agent_input, _structured_response, ONE_CALL, id="create_agent"
+    ),
 ]
 
 
-@pytest.mark.parametrize(("build", "input_fn", "forecast_of"), WAYS)
+@pytest.mark.parametrize(("build", "input_fn", "forecast_of", "chat_kwargs"), WAYS)
 @pytest.mark.parametrize("stream", [pytest.param(False, id="json"), pytest.param(True, id="sse")])
 @pytest.mark.parametrize("api", ["chat", "responses"])
 async def test_structured_output_parses_into_the_model(
@@ -56,10 +61,13 @@ async def test_structured_output_parses_into_the_model(
     build: Any,
     input_fn: Any,
     forecast_of: Callable[[Any], Any],
+    chat_kwargs: dict[str, Any],
     api: Api,
     stream: bool,
 ) -> None:
-    adapter = LangChainAdapter(build, api=api, stream=stream, input_fn=input_fn)
+    adapter = LangChainAdapter(
+        build, api=api, stream=stream, input_fn=input_fn, chat_kwargs=chat_kwargs
+    )
     episode = await run_episode(adapter, ROW)
 
     forecast = forecast_of(episode.result)
