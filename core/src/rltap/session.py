@@ -121,7 +121,7 @@ class Session:
         """The prompt tokens of `request` as its generation would render them (the parent found
         the same way, in concat mode its tokens reused); nothing is recorded or generated."""
         messages = self._history(request)
-        tools = request.tools if request.tool_choice != "none" else None
+        tools = _prompt_tools(request)
         parent = self.cache.find_parent(messages, tools_context(tools))
         kwargs = request.template_kwargs
         prompt = self.renderer.render(messages, tools=tools, parent=parent, template_kwargs=kwargs)
@@ -183,7 +183,7 @@ class Session:
     def _start(
         self, request: CanonicalRequest, messages: list[dict[str, Any]], index: int
     ) -> tuple[InteractionWithTokenLogpReward, ModelRequest]:
-        tools = request.tools if request.tool_choice != "none" else None
+        tools = _prompt_tools(request)
         interaction = InteractionWithTokenLogpReward(
             messages=messages,
             instruction_messages=1 if request.instructions else 0,
@@ -349,6 +349,11 @@ class Session:
             token_texts=self._token_texts(response.output_tokens) if request.logprobs else [],
             created=created,
         )
+
+
+def _prompt_tools(request: CanonicalRequest) -> list[dict[str, Any]] | None:
+    """The tools the prompt shows: none under tool_choice "none" (the grammar forbids calls)."""
+    return request.tools if request.tool_choice != "none" else None
 
 
 def _previous_not_found(request: CanonicalRequest) -> NotFound:

@@ -45,7 +45,6 @@ dict lookup.
 from __future__ import annotations
 
 import re
-import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -311,21 +310,19 @@ class GrammarChecker:
     def __init__(self, tokenizer: Any) -> None:
         self._tokenizer = tokenizer
         self.tokens = TokenSyntax(tokenizer.get_added_vocab())
-        self._built: llguidance.LLTokenizer | None = None
         self._slow = False  # llguidance reads fast tokenizers only
-        self._lock = threading.Lock()
         self._errors: LRUCache[str, str] = LRUCache(1024)
 
     def _llg_tokenizer(self) -> llguidance.LLTokenizer | None:
-        with self._lock:
-            if self._built is None and not self._slow:
-                try:
-                    self._built = llguidance_tokenizer(self._tokenizer)
-                except ValueError:
-                    # A slow tokenizer: the grammar is checked alone (its token ids come from
-                    # the tokenizer's own added vocabulary, so they exist).
-                    self._slow = True
-            return self._built
+        if self._slow:
+            return None
+        try:
+            return llguidance_tokenizer(self._tokenizer)
+        except ValueError:
+            # A slow tokenizer: the grammar is checked alone (its token ids come from the
+            # tokenizer's own added vocabulary, so they exist).
+            self._slow = True
+            return None
 
     def check(self, constraint: Constraint, *, param: str) -> None:
         """`InvalidRequest` naming `param` with llguidance's reason if the grammar does not

@@ -15,7 +15,6 @@ Torch-free (numpy), so the scripted engine's check and tests need no tensors.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,7 +30,8 @@ __all__ = ["GrammarTokenizer", "RequestGrammar", "allowed_tokens"]
 
 
 class GrammarTokenizer:
-    """llguidance's tokenizer for one Hugging Face fast tokenizer, built on first use.
+    """llguidance's tokenizer for one Hugging Face fast tokenizer (built once per process,
+    `rltap.chat.grammar_tokenizer`), and the matchers made from it.
 
     `vocab_size` is the width of the model's logits (it may exceed the tokenizer's vocabulary:
     padded embedding rows are never allowed).
@@ -40,21 +40,13 @@ class GrammarTokenizer:
     def __init__(self, hf_tokenizer: Any, vocab_size: int) -> None:
         self._hf_tokenizer = hf_tokenizer
         self._vocab_size = vocab_size
-        self._built: llguidance.LLTokenizer | None = None
-        self._lock = threading.Lock()
 
     @property
     def vocab_size(self) -> int:
         return self._vocab_size
 
     def get(self) -> llguidance.LLTokenizer:
-        """The llguidance tokenizer (the first call builds it; safe from any thread)."""
-        with self._lock:
-            if self._built is None:
-                self._built = self._build()
-            return self._built
-
-    def _build(self) -> llguidance.LLTokenizer:
+        """The llguidance tokenizer (the first call in the process builds it; any thread)."""
         if self._hf_tokenizer is None:
             msg = "constrained decoding needs the model's tokenizer; this engine has none"
             raise EngineError(msg)
