@@ -139,7 +139,8 @@ def check(venv: Path) -> str:
     admin_key = secrets.token_urlsafe(24)
     fake = [python, ROOT / "bench" / "fake_vllm.py", "--port", str(engine_port)]
     serve = [
-        venv / "bin" / "rltap", "serve", "--port", str(proxy_port), "--admin-key", admin_key,
+        # `--admin-key=KEY`: a urlsafe key may start with "-", which argparse takes for a flag.
+        venv / "bin" / "rltap", "serve", "--port", str(proxy_port), f"--admin-key={admin_key}",
         "--engine", "vllm", "--url", engine, "--tokenizer", tokenizer,
     ]  # fmt: skip
     with running(fake, f"{engine}/health"), running(serve, f"{proxy}/health"):
