@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from rltap.cache import InteractionCache
 from rltap.canonical import canonical_message
 from rltap.errors import ExportMismatch
-from rltap.types import InteractionStatus, InteractionWithTokenLogpReward, ModelResponse
+from rltap.links import derive_agent_id
+from rltap.types import InteractionStatus, InteractionWithTokenLogpReward, Link, ModelResponse
 
 TOOL_CALL = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}
 
@@ -29,6 +30,8 @@ class Step:
     new_tokens: tuple[int, ...]
     output_tokens: tuple[int, ...]
     reserialise: bool
+    system: str | None  # the call's system prompt: another one is another agent
+    trim: int  # messages of the history dropped after the system prompt (a trimmed window)
 
 
 steps = st.lists(
@@ -43,6 +46,8 @@ steps = st.lists(
         new_tokens=st.lists(st.integers(0, 1000), min_size=1, max_size=4).map(tuple),
         output_tokens=st.lists(st.integers(0, 1000), min_size=1, max_size=4).map(tuple),
         reserialise=st.booleans(),
+        system=st.sampled_from([None, None, "A", "B"]),
+        trim=st.sampled_from([0, 0, 0, 1, 2]),
     ),
     min_size=1,
     max_size=30,
@@ -71,19 +76,22 @@ def build(plan: list[Step]) -> tuple[InteractionCache, list[InteractionWithToken
         if step.parent is not None and nodes:
             base = nodes[step.parent % len(nodes)]
             history = [*base.messages, *(base.output_message_list or [_output(step)])]
+            history = [m for m in history if m["role"] != "system"][step.trim :]
             messages = [_as_client_sends(m) if step.reserialise else m for m in history]
         messages.append({"role": "user", "content": step.question})
-        expected_parent = reference_parent(nodes, messages)
+        if step.system is not None:
+            messages.insert(0, {"role": "system", "content": step.system})
+        expected = reference_link(nodes, messages)
         node = cache.add(InteractionWithTokenLogpReward(messages=messages))
-        assert node.parent is expected_parent
+        assert (node.parent, node.link, node.agent_id) == expected
         nodes.append(node)
         if step.fate == "failed":
             cache.fail(node.interaction_id, "boom")
         if step.fate != "complete":
             continue
         prefix: list[int] = []
-        if node.parent is not None and node.parent.model_response is not None:
-            parent_response = node.parent.model_response
+        if node.token_parent is not None and node.token_parent.model_response is not None:
+            parent_response = node.token_parent.model_response
             prefix = parent_response.input_tokens + parent_response.output_tokens
         out = list(step.output_tokens)
         response = ModelResponse(
@@ -98,20 +106,50 @@ def build(plan: list[Step]) -> tuple[InteractionCache, list[InteractionWithToken
     return cache, nodes
 
 
-def reference_parent(
+def _canon(messages: list[dict[str, Any]]) -> list[bytes]:
+    return [canonical_message(m) for m in messages]
+
+
+def _system(messages: list[dict[str, Any]]) -> list[bytes]:
+    return _canon([m for m in messages[:1] if m["role"] == "system"])
+
+
+def reference_link(
     nodes: list[InteractionWithTokenLogpReward], messages: list[dict[str, Any]]
-) -> InteractionWithTokenLogpReward | None:
-    """Brute force: longest complete conversation that prefixes `messages`, latest on ties."""
-    wanted = [canonical_message(m) for m in messages]
+) -> tuple[InteractionWithTokenLogpReward | None, Link, str]:
+    """Brute force over every earlier node: the rules of `rltap.links`, one after the other."""
+    wanted = _canon(messages)
+    complete = [node for node in nodes if node.is_complete]
     best: InteractionWithTokenLogpReward | None = None
     best_len = 0
-    for node in nodes:
-        if not node.is_complete:
-            continue
-        full = [canonical_message(m) for m in [*node.messages, *(node.output_message_list or [])]]
+    for node in complete:
+        full = _canon([*node.messages, *(node.output_message_list or [])])
         if len(full) <= len(wanted) and wanted[: len(full)] == full and len(full) >= best_len:
             best, best_len = node, len(full)
-    return best
+    if best is not None:
+        assert best.agent_id is not None
+        return best, Link.PREFIX, best.agent_id
+    for position in reversed(range(len(messages))):
+        if messages[position]["role"] != "assistant":
+            continue
+        replied = [n for n in complete if wanted[position] in _canon(n.output_message_list or [])]
+        if replied:
+            parent = replied[-1]
+            assert parent.agent_id is not None
+            if _system(messages) == _system(parent.messages):
+                return parent, Link.REWRITE, parent.agent_id
+            return parent, Link.HANDOFF, derive_agent_id(messages, None)
+    derived = derive_agent_id(messages, None)
+    continuing = (Link.PREFIX, Link.REWRITE, Link.HANDOFF)
+    open_calls = [
+        node
+        for node in complete
+        if any(m.get("tool_calls") for m in node.output_message_list or [])
+        and not any(later.parent is node and later.link in continuing for later in nodes)
+    ]
+    if open_calls and open_calls[-1].agent_id != derived:
+        return open_calls[-1], Link.SUBAGENT, derived
+    return None, Link.ROOT, derived
 
 
 def reference_discount(
@@ -119,12 +157,16 @@ def reference_discount(
     complete: list[InteractionWithTokenLogpReward],
     gamma: float,
     aggregate: str,
+    factors: dict[str, float],
 ) -> float:
     kids = [c for c in complete if c.parent is node]
     own = node.reward or 0.0
     if not kids:
         return own
-    values = [reference_discount(k, complete, gamma, aggregate) for k in kids]
+    values = [
+        factors[str(k.link)] * reference_discount(k, complete, gamma, aggregate, factors)
+        for k in kids
+    ]
     agg = {"mean": sum(values) / len(values), "max": max(values), "sum": sum(values)}[aggregate]
     return own + gamma * agg
 
@@ -140,16 +182,20 @@ def test_parent_resolution_matches_brute_force(plan: list[Step]) -> None:
     plan=steps,
     gamma=st.floats(min_value=0, max_value=1),
     aggregate=st.sampled_from(["mean", "max", "sum"]),
+    factors=st.fixed_dictionaries(
+        {kind: st.sampled_from([1.0, 0.5, 0.0]) for kind in ("prefix", "rewrite", "handoff")}
+        | {"subagent": st.floats(min_value=0, max_value=1)}
+    ),
 )
 def test_discount_matches_reference_recursion(
-    plan: list[Step], gamma: float, aggregate: Any
+    plan: list[Step], gamma: float, aggregate: Any, factors: dict[str, float]
 ) -> None:
     cache, nodes = build(plan)
     complete = [n for n in nodes if n.status is InteractionStatus.COMPLETE]
-    rewards = cache.apply_reward_discount(gamma, aggregate=aggregate)
+    rewards = cache.apply_reward_discount(gamma, aggregate=aggregate, link_factors=factors)
     assert set(rewards) == {n.interaction_id for n in complete}
     for node in complete:
-        expected = reference_discount(node, complete, gamma, aggregate)
+        expected = reference_discount(node, complete, gamma, aggregate, factors)
         assert rewards[node.interaction_id] == pytest.approx(expected, rel=1e-9, abs=1e-9)
 
 
@@ -178,11 +224,12 @@ def test_concat_leaf_is_its_branch_concatenated(plan: list[Step]) -> None:
     cache, _ = build(plan)
     exported = cache.export_interactions(style="concat")
     complete = [n for n in cache.values() if n.is_complete]
-    parents = {n.parent_id for n in complete}
-    assert set(exported) == {n.interaction_id for n in complete} - parents
+    continued = {n.parent_id for n in complete if n.link is Link.PREFIX}
+    assert set(exported) == {n.interaction_id for n in complete} - continued
     for leaf_id, leaf in exported.items():
         branch = [cache[leaf_id]]
-        while branch[-1].parent is not None:
+        while branch[-1].link is Link.PREFIX:
+            assert branch[-1].parent is not None
             branch.append(branch[-1].parent)
         ids: list[int] = []
         mask: list[int] = []
@@ -200,7 +247,7 @@ def test_concat_leaf_is_its_branch_concatenated(plan: list[Step]) -> None:
 @given(plan=steps, data=st.data())
 def test_a_broken_prefix_raises(plan: list[Step], data: st.DataObject) -> None:
     cache, _ = build(plan)
-    children = [n for n in cache.values() if n.is_complete and n.parent is not None]
+    children = [n for n in cache.values() if n.is_complete and n.link is Link.PREFIX]
     assume(children)
     child = data.draw(st.sampled_from(children))
     assert child.parent is not None

@@ -67,12 +67,14 @@ async def test_previous_response_id_does_not_carry_old_instructions(
         "question 2",
     ]
     parents = [recorded[r.id]["parent_id"] for r in responses]
+    assert parents == [None, responses[0].id, responses[1].id]
+    links = [recorded[r.id]["link"] for r in responses]
     if len(set(instructions)) == 1:
         # The same instructions: each prompt continues the one before, token for token.
-        assert parents == [None, responses[0].id, responses[1].id]
+        assert links == ["root", "prefix", "prefix"]
     else:
-        # New instructions open the prompt: not a continuation of the old tokens.
-        assert parents == [None, None, None]
+        # New instructions open the prompt: another agent's, not a continuation of the tokens.
+        assert links == ["root", "handoff", "handoff"]
 
 
 async def test_the_response_echoes_the_requests_settings(proxy: RunningProxy) -> None:

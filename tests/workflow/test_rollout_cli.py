@@ -26,7 +26,8 @@ ROWS: list[dict[str, Any]] = [
     {"question": "question 3", "reward": 1.0, "fail": "raise"},
 ]
 LINE_FIELDS = {
-    "row", "group", "episode", "session", "interaction_id", "parent_id", "messages",
+    "row", "group", "episode", "session", "interaction_id", "parent_id", "link", "agent_id",
+    "messages",
     "output_text", "input_ids", "loss_mask", "logprobs", "versions", "reward",
 }  # fmt: skip
 BATCH_DTYPES = {

@@ -1,12 +1,14 @@
 """InteractionCache: one session's interactions, linked into a conversation tree.
 
-The parent of a new call is the complete interaction whose `messages + output_message_list` is the
-longest prefix of the call's messages, compared in canonical form (`rltap.canonical`). Ties go to
-the interaction inserted last. Each complete interaction is indexed under the hash-chain value of
-its whole conversation, so finding a parent is one pass over the new call's messages plus one
-dictionary lookup per prefix: O(M) per insert, independent of the session's size. When the call
-repeats the last completed call's messages verbatim, only the messages after them are hashed.
-Calls still in flight are not indexed and so cannot be parents.
+A new call's parent and link kind are found by the procedure of `rltap.links`. Its first rule,
+the `prefix` link, is the one almost every call takes: the parent is the complete interaction
+whose `messages + output_message_list` is the longest prefix of the call's messages, compared in
+canonical form (`rltap.canonical`), ties to the interaction inserted last. Each complete
+interaction is indexed under the hash-chain value of its whole conversation, so finding it is one
+pass over the new call's messages plus one dictionary lookup per prefix: O(M) per insert,
+independent of the session's size. When the call repeats the last completed call's messages
+verbatim, only the messages after them are hashed. Calls still in flight are not indexed and so
+cannot be parents.
 
 Every mutation holds one lock, so concurrent calls of one session (threads or tasks) keep the tree
 consistent.
@@ -15,14 +17,15 @@ consistent.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 from rltap.canonical import context_hash, extend_chain
 from rltap.errors import Conflict, InteractionNotFound
 from rltap.export import ExportStyle, export_interactions
-from rltap.rewards import Aggregate, DiscountMode, check_reward, discount_rewards
-from rltap.types import InteractionStatus, InteractionWithTokenLogpReward, ModelResponse
+from rltap.links import LinkIndex, derive_agent_id, same_system_prompt
+from rltap.rewards import Aggregate, DiscountMode, LinkFactors, check_reward, discount_rewards
+from rltap.types import InteractionStatus, InteractionWithTokenLogpReward, Link, ModelResponse
 
 __all__ = ["InteractionCache"]
 
@@ -44,8 +47,9 @@ class InteractionCache(Mapping[str, InteractionWithTokenLogpReward]):
         self._roots: dict[str, bytes] = {}
         self._input_hash: dict[str, bytes] = {}
         self._prefix_index: dict[bytes, str] = {}
+        self._links = LinkIndex()
         self._last_completed: str | None = None
-        self._discount: tuple[float, Aggregate, DiscountMode] | None = None
+        self._discount: tuple[float, Aggregate, DiscountMode, LinkFactors | None] | None = None
         self._lock = threading.RLock()
 
     # Mapping interface -------------------------------------------------------------------------
@@ -77,11 +81,17 @@ class InteractionCache(Mapping[str, InteractionWithTokenLogpReward]):
 
     # Tree ---------------------------------------------------------------------------------------
     def find_parent(
-        self, messages: Sequence[Mapping[str, Any]], context: bytes | None = None
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        context: bytes | None = None,
+        agent: str | None = None,
     ) -> InteractionWithTokenLogpReward | None:
-        """The complete interaction this conversation continues, or None."""
+        """The complete interaction this conversation continues by a `prefix` link, or None."""
         with self._lock:
-            return self._resolve(messages, context_hash(context))[0]
+            parent = self._resolve(messages, context_hash(context))[0]
+        if parent is None or agent not in (None, parent.agent_id):
+            return None
+        return parent
 
     def _resolve(
         self, messages: Sequence[Mapping[str, Any]], root: bytes
@@ -112,13 +122,18 @@ class InteractionCache(Mapping[str, InteractionWithTokenLogpReward]):
         return None
 
     def add(
-        self, interaction: InteractionWithTokenLogpReward, context: bytes | None = None
+        self,
+        interaction: InteractionWithTokenLogpReward,
+        context: bytes | None = None,
+        agent: str | None = None,
     ) -> InteractionWithTokenLogpReward:
-        """Insert an interaction, resolving its parent unless one is set already.
+        """Insert an interaction, linking it to its parent unless one is set already.
 
-        `context` (e.g. `rltap.canonical.tools_context(tools)`) must match too for two calls to
-        link: a call with other tools renders another prompt. An interaction added complete (the
-        seed's style) is indexed at once.
+        `context` (e.g. `rltap.canonical.tools_context(tools)`) must match too for a `prefix`
+        link: a call with other tools renders another prompt. `agent` is the agent the client
+        named (`X-Rltap-Agent`), if any. An interaction added complete (the seed's style) is
+        indexed at once; one added with its `parent` set links to it as a `prefix`, unless its
+        `link` says otherwise.
         """
         root = context_hash(context)
         with self._lock:
@@ -126,9 +141,16 @@ class InteractionCache(Mapping[str, InteractionWithTokenLogpReward]):
             if interaction_id in self._items:
                 msg = f"interaction {interaction_id!r} is already in this session"
                 raise Conflict(msg)
-            parent, input_hash = self._resolve(interaction.messages, root)
+            prefix_parent, input_hash = self._resolve(interaction.messages, root)
             if interaction.parent is None:
-                interaction.parent = parent
+                parent, link, derived = self._link(interaction, prefix_parent, context, agent)
+                interaction.parent, interaction.link = parent, link
+            else:
+                link = interaction.link = interaction.link or Link.PREFIX
+                derived = interaction.parent.agent_id
+            interaction.agent_id = agent or interaction.agent_id or derived
+            if interaction.parent is not None and link is not Link.SUBAGENT:
+                self._links.continued(interaction.parent.interaction_id)
             self._items[interaction_id] = interaction
             self._order[interaction_id] = len(self._order)
             self._roots[interaction_id] = root
@@ -136,6 +158,33 @@ class InteractionCache(Mapping[str, InteractionWithTokenLogpReward]):
             if interaction.is_complete:
                 self._index(interaction)
         return interaction
+
+    def _link(
+        self,
+        interaction: InteractionWithTokenLogpReward,
+        prefix_parent: InteractionWithTokenLogpReward | None,
+        context: bytes | None,
+        agent: str | None,
+    ) -> tuple[InteractionWithTokenLogpReward | None, Link, str | None]:
+        """Parent, link kind and (unless the client names it) the agent: `rltap.links`' rules."""
+        messages = interaction.messages
+        if prefix_parent is not None and agent in (None, prefix_parent.agent_id):
+            return prefix_parent, Link.PREFIX, prefix_parent.agent_id
+        replied = self._links.latest_reply(messages)
+        if replied is not None:
+            parent = self._items[replied]
+            if agent is not None:
+                same_agent = agent == parent.agent_id
+            else:
+                same_agent = same_system_prompt(messages, parent.messages)
+            if same_agent:
+                return parent, Link.REWRITE, parent.agent_id
+            return parent, Link.HANDOFF, derive_agent_id(messages, context)
+        derived = derive_agent_id(messages, context)
+        opened = self._links.open_call()
+        if opened is not None and self._items[opened].agent_id != (agent or derived):
+            return self._items[opened], Link.SUBAGENT, derived
+        return None, Link.ROOT, derived
 
     def _index(self, interaction: InteractionWithTokenLogpReward) -> None:
         interaction_id = interaction.interaction_id
@@ -145,6 +194,7 @@ class InteractionCache(Mapping[str, InteractionWithTokenLogpReward]):
         current = self._prefix_index.get(full_hash)
         if current is None or self._order[current] < self._order[interaction_id]:
             self._prefix_index[full_hash] = interaction_id
+        self._links.completed(interaction)
         self._last_completed = interaction_id
 
     def complete(
@@ -219,6 +269,7 @@ class InteractionCache(Mapping[str, InteractionWithTokenLogpReward]):
         turn_discount: float = 1.0,
         aggregate: Aggregate = "mean",
         mode: DiscountMode = "tree",
+        link_factors: LinkFactors | None = None,
     ) -> dict[str, float]:
         """Discounted reward of every complete interaction (`rltap.rewards`).
 
@@ -227,9 +278,13 @@ class InteractionCache(Mapping[str, InteractionWithTokenLogpReward]):
         """
         with self._lock:
             rewards = discount_rewards(
-                self.by_status(InteractionStatus.COMPLETE), turn_discount, aggregate, mode
+                self.by_status(InteractionStatus.COMPLETE),
+                turn_discount,
+                aggregate,
+                mode,
+                link_factors,
             )
-            self._discount = (turn_discount, aggregate, mode)
+            self._discount = (turn_discount, aggregate, mode, link_factors)
             return rewards
 
     def export_interactions(
@@ -238,13 +293,16 @@ class InteractionCache(Mapping[str, InteractionWithTokenLogpReward]):
         reward_discount: float | None = None,
         aggregate: Aggregate | None = None,
         mode: DiscountMode | None = None,
+        link_factors: LinkFactors | None = None,
+        agents: Collection[str] | None = None,
     ) -> dict[str, InteractionWithTokenLogpReward]:
         """Export copies of the complete interactions with discounted rewards (`rltap.export`).
 
-        Without `reward_discount`, the setting of the last `apply_reward_discount` is used (1.0 if
-        none).
+        Settings left None are those of the last `apply_reward_discount` (discount 1.0, mean,
+        tree and every link factor 1.0 if none). Rewards are discounted over the whole tree;
+        `agents` then keeps only the interactions (for `concat`, the sequences) of those agents.
         """
-        discount, agg, discount_mode = self._discount or (1.0, "mean", "tree")
+        discount, agg, discount_mode, factors = self._discount or (1.0, "mean", "tree", None)
         with self._lock:
             complete = self.by_status(InteractionStatus.COMPLETE)
             rewards = discount_rewards(
@@ -252,5 +310,6 @@ class InteractionCache(Mapping[str, InteractionWithTokenLogpReward]):
                 discount if reward_discount is None else reward_discount,
                 agg if aggregate is None else aggregate,
                 discount_mode if mode is None else mode,
+                factors if link_factors is None else link_factors,
             )
-            return export_interactions(complete, rewards, style)
+            return export_interactions(complete, rewards, style, agents)

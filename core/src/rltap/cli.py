@@ -110,9 +110,29 @@ def _add_rollout_command(subparsers: _Subparsers) -> None:
     rollout.add_argument("--mode", choices=["inline", "subproc"], default="inline")
     rollout.add_argument("--discount", type=float, default=1.0, help="turn discount")
     rollout.add_argument("--style", choices=["individual", "concat"], default="individual")
+    rollout.add_argument(
+        "--agents", nargs="+", default=None, metavar="AGENT",
+        help="export only these agents' interactions (rewards are discounted over all first)",
+    )  # fmt: skip
+    rollout.add_argument(
+        "--link-factor", dest="link_factors", action="append", type=_link_factor,
+        default=None, metavar="KIND=F",
+        help="share of a child's reward its parent gets, by link kind (prefix, rewrite, "
+        "handoff, subagent; 1.0 each unless given); repeat for several",
+    )  # fmt: skip
     rollout.add_argument("--episode-timeout", type=float, default=None, help="seconds")
     add_serve_arguments(rollout)
     rollout.set_defaults(handler=_rollout)
+
+
+def _link_factor(text: str) -> tuple[str, float]:
+    """`KIND=F` of --link-factor; checked again, with the others, by `check_link_factors`."""
+    kind, sep, value = text.partition("=")
+    try:
+        return kind.strip(), float(value) if sep else float("nan")
+    except ValueError:
+        msg = f"expected KIND=F (e.g. handoff=0.5), got {text!r}"
+        raise argparse.ArgumentTypeError(msg) from None
 
 
 def _rollout(args: argparse.Namespace) -> int:

@@ -15,7 +15,7 @@ Usage:
 from __future__ import annotations
 
 import importlib
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Collection
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -30,8 +30,9 @@ from rltap.errors import NotFound, RltapError
 from rltap.exchange import JsonReply, reply
 from rltap.export import ExportStyle
 from rltap.json_body import parse_json
+from rltap.links import AGENT_HEADER, agent_from_header
 from rltap.protocols import SPECS, spec_for_path
-from rltap.rewards import Aggregate
+from rltap.rewards import Aggregate, LinkFactors
 from rltap.session import Session, SessionConfig
 from rltap.types import InteractionWithTokenLogpReward
 
@@ -78,7 +79,9 @@ class DirectTransport(_http.AsyncBaseTransport):  # type: ignore[misc,name-defin
                 msg = f"no generation API at {path}"
                 raise NotFound(msg)
             body = parse_json(await request.aread())
-            result = await reply(self.session, spec.parse(body))
+            canonical = spec.parse(body)
+            canonical.agent = agent_from_header(request.headers.get(AGENT_HEADER))
+            result = await reply(self.session, canonical)
         except RltapError as exc:
             error = spec.error_body(exc)
             return _http.Response(exc.status_code, json=error, request=request)
@@ -145,14 +148,26 @@ class DirectOpenAI(openai.AsyncOpenAI):
         return self.session.cache.set_last_reward(reward)
 
     def apply_reward_discount(
-        self, turn_discount: float = 1.0, aggregate: Aggregate = "mean"
+        self,
+        turn_discount: float = 1.0,
+        aggregate: Aggregate = "mean",
+        link_factors: LinkFactors | None = None,
     ) -> dict[str, float]:
-        return self.session.cache.apply_reward_discount(turn_discount, aggregate)
+        return self.session.cache.apply_reward_discount(
+            turn_discount, aggregate, link_factors=link_factors
+        )
 
     def export_interactions(
-        self, style: ExportStyle = "individual", reward_discount: float | None = None
+        self,
+        style: ExportStyle = "individual",
+        reward_discount: float | None = None,
+        *,
+        link_factors: LinkFactors | None = None,
+        agents: Collection[str] | None = None,
     ) -> dict[str, InteractionWithTokenLogpReward]:
-        return self.session.cache.export_interactions(style, reward_discount)
+        return self.session.cache.export_interactions(
+            style, reward_discount, link_factors=link_factors, agents=agents
+        )
 
 
 ArealOpenAI = DirectOpenAI

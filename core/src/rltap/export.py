@@ -1,17 +1,24 @@
 """Training data out of a conversation tree: export styles and batching.
 
 - `individual`: every complete interaction is one sequence (its prompt, then its output).
-- `concat`: one sequence per leaf holding its whole branch: the root's prompt and output, then each
-  descendant's new prompt tokens and output, with the loss mask on every generated segment. Each
-  child's prompt must start with its parent's full token sequence; a break raises
-  `ExportMismatch` naming both interactions, it is never masked.
+- `concat`: one sequence per interaction that no call continues by a `prefix` link, holding its
+  branch up to the nearest link of another kind (`rltap.links`): the first call's prompt and
+  output, then each descendant's new prompt tokens and output, with the loss mask on every
+  generated segment. A child by a `rewrite`, `handoff` or `subagent` link starts a new sequence
+  with its own full prompt (its tokens do not continue the parent's); its `parent_id` and `link`
+  say where it hangs in the tree. Along a prefix link, each child's prompt must start with its
+  parent's full token sequence; a break raises `ExportMismatch` naming both interactions, it is
+  never masked.
+
+`agents` keeps only the interactions (for `concat`, the sequences) of those agents; rewards are
+discounted over the whole tree first, so a kept call still gets the credit of the others.
 
 In-flight, failed and aborted interactions are never training data.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Literal
 
 from rltap.errors import ExportMismatch, InvalidRequest
@@ -46,10 +53,11 @@ def _first_difference(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 def branch_sequence(leaf: InteractionWithTokenLogpReward) -> TokenSequence:
-    """The whole branch ending in `leaf` as one sequence, verified token by token."""
+    """The branch ending in `leaf`, along its prefix links, as one sequence, verified token by
+    token."""
     branch = [leaf]
-    while branch[-1].parent is not None:
-        branch.append(branch[-1].parent)
+    while (above := branch[-1].token_parent) is not None:
+        branch.append(above)
     branch.reverse()
     sequence = TokenSequence()
     parent: InteractionWithTokenLogpReward | None = None
@@ -85,25 +93,31 @@ def export_interactions(
     nodes: Sequence[InteractionWithTokenLogpReward],
     rewards: Mapping[str, float],
     style: ExportStyle = "individual",
+    agents: Collection[str] | None = None,
 ) -> dict[str, InteractionWithTokenLogpReward]:
     """Export copies of the complete `nodes` (insertion order) carrying their discounted reward.
 
-    The copies' `to_tensor_dict()` gives the training tensors: for `concat`, the whole branch.
+    The copies' `to_tensor_dict()` gives the training tensors: for `concat`, the branch.
     """
     complete = [node for node in nodes if node.is_complete and node.model_response is not None]
+    if agents is not None:
+        wanted = set(agents)
+        complete = [node for node in complete if node.agent_id in wanted]
     if style == "individual":
         return {
             node.interaction_id: node.copy_for_export(reward=rewards[node.interaction_id])
             for node in complete
         }
     if style == "concat":
-        has_child = {node.parent_id for node in complete if node.parent_id is not None}
+        continued = {
+            parent.interaction_id for node in complete if (parent := node.token_parent) is not None
+        }
         return {
             node.interaction_id: node.copy_for_export(
                 reward=rewards[node.interaction_id], sequence=branch_sequence(node)
             )
             for node in complete
-            if node.interaction_id not in has_child
+            if node.interaction_id not in continued
         }
     msg = f"style must be 'individual' or 'concat', got {style!r}"
     raise InvalidRequest(msg, param="style")

@@ -104,6 +104,9 @@ class CanonicalRequest:
     # wire names; read by the protocol's response builder only.
     echo: dict[str, Any] = field(default_factory=dict)
     metadata: dict[str, Any] = field(default_factory=dict)
+    # The agent that made the call, as the client names it (the `X-Rltap-Agent` header); None:
+    # derived from the system prompt and tools (`rltap.links`).
+    agent: str | None = None
 
 
 @dataclass(slots=True, kw_only=True)

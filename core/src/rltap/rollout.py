@@ -113,6 +113,8 @@ def _line(
         "session": session_id,
         "interaction_id": node.interaction_id,
         "parent_id": node.parent_id,
+        "link": None if node.link is None else node.link.value,
+        "agent_id": node.agent_id,
         "messages": node.messages,
         "output_text": node.output_text,
         "input_ids": sequence.input_ids,
@@ -281,6 +283,8 @@ async def _rollout_from_args(args: Any, console: Console) -> RolloutSummary:
             mode=args.mode,
             discount=args.discount,
             style=args.style,
+            link_factors=dict(args.link_factors) if args.link_factors else None,
+            agents=args.agents,
             episode_timeout=args.episode_timeout,
             subproc_workers=args.concurrency * args.group_size,  # every episode in flight
         )

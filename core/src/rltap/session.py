@@ -122,7 +122,7 @@ class Session:
         the same way, in concat mode its tokens reused); nothing is recorded or generated."""
         messages = self._history(request)
         tools = _prompt_tools(request)
-        parent = self.cache.find_parent(messages, tools_context(tools))
+        parent = self.cache.find_parent(messages, tools_context(tools), request.agent)
         kwargs = request.template_kwargs
         prompt = self.renderer.render(messages, tools=tools, parent=parent, template_kwargs=kwargs)
         return len(prompt.input_ids)
@@ -191,12 +191,12 @@ class Session:
             interaction_id=new_interaction_id(request.api),
             chat_template_type=self.renderer.mode.value,
         )
-        self.cache.add(interaction, context=tools_context(tools))
+        self.cache.add(interaction, context=tools_context(tools), agent=request.agent)
         try:
             prompt = self.renderer.render(
                 messages,
                 tools=tools,
-                parent=interaction.parent,
+                parent=interaction.token_parent,
                 template_kwargs=request.template_kwargs,
             )
             model_request = self._model_request(request, messages, prompt.input_ids, index)

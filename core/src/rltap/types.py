@@ -26,6 +26,7 @@ __all__ = [
     "Constraint",
     "InteractionStatus",
     "InteractionWithTokenLogpReward",
+    "Link",
     "LogprobConvention",
     "ModelRequest",
     "ModelResponse",
@@ -58,6 +59,16 @@ class LogprobConvention(enum.StrEnum):
     RAW = "raw"
     # log_softmax of the distribution actually sampled from (after temperature, top-p, top-k).
     PROCESSED = "processed"
+
+
+class Link(enum.StrEnum):
+    """How an interaction continues its parent (`rltap.links` says how it is decided)."""
+
+    ROOT = "root"  # continues nothing in the session
+    PREFIX = "prefix"  # the parent's messages and reply, then more: its tokens continue too
+    REWRITE = "rewrite"  # the same agent's conversation with its history or tools changed
+    HANDOFF = "handoff"  # another agent took the conversation over
+    SUBAGENT = "subagent"  # made while the parent's tool call was open, by another agent
 
 
 class InteractionStatus(enum.StrEnum):
@@ -241,12 +252,16 @@ class InteractionWithTokenLogpReward:
 
     `reward` is the reward assigned to this call itself. Exports hand out copies whose `reward`
     is the discounted value, so the cache is never mutated by an export and a retry gives the
-    same result. `parent` is the interaction this call continues (see `InteractionCache`).
+    same result. `parent` is the interaction this call continues and `link` how (see
+    `rltap.links`); `agent_id` names the agent that made it.
     """
 
     model_response: ModelResponse | None = None
     reward: float | None = None
     parent: InteractionWithTokenLogpReward | None = None
+    # None until the cache resolves it: PREFIX when a parent was given, else found.
+    link: Link | None = None
+    agent_id: str | None = None
     messages: list[dict[str, Any]] = field(default_factory=list)
     # How many leading `messages` are the call's own instructions (Responses `instructions`),
     # which a call continuing it by `previous_response_id` does not carry over.
@@ -275,6 +290,12 @@ class InteractionWithTokenLogpReward:
     @property
     def parent_id(self) -> str | None:
         return None if self.parent is None else self.parent.interaction_id
+
+    @property
+    def token_parent(self) -> InteractionWithTokenLogpReward | None:
+        """The parent whose token sequence this call's prompt continues: only along a prefix
+        link; any other link starts a new sequence with its own full prompt."""
+        return self.parent if self.link is Link.PREFIX else None
 
     @property
     def output_text(self) -> str:

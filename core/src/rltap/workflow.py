@@ -21,7 +21,7 @@ import logging
 import math
 import numbers
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -31,7 +31,7 @@ import httpx
 from rltap.errors import RltapError
 from rltap.export import ExportStyle, concat_padded_tensors
 from rltap.proxy import OpenAIProxyClient
-from rltap.rewards import Aggregate
+from rltap.rewards import Aggregate, LinkFactors, check_link_factors
 from rltap.subproc import AgentPool, EpisodeFailed
 from rltap.types import InteractionWithTokenLogpReward
 
@@ -96,6 +96,8 @@ class OpenAIProxyWorkflow(RolloutWorkflow):
         discount: float = 1.0,
         style: ExportStyle = "individual",
         aggregate: Aggregate = "mean",
+        link_factors: LinkFactors | None = None,
+        agents: Sequence[str] | None = None,
         return_tensors: bool = False,
         episode_timeout: float | None = None,
         subproc_workers: int = 4,
@@ -122,6 +124,8 @@ class OpenAIProxyWorkflow(RolloutWorkflow):
         self.discount = discount
         self.style: ExportStyle = style
         self.aggregate: Aggregate = aggregate
+        self.link_factors = check_link_factors(link_factors)  # a typo fails here, not per episode
+        self.agents = None if agents is None else list(agents)
         self.return_tensors = return_tensors
         self.episode_timeout = episode_timeout
         self.failures = 0
@@ -161,7 +165,11 @@ class OpenAIProxyWorkflow(RolloutWorkflow):
                     reward_error = exc  # raised below, once the session is freed
         # Exporting frees the session on the proxy, also for a rejected episode.
         exported = await session.export_interactions(
-            discount=self.discount, style=self.style, aggregate=self.aggregate
+            discount=self.discount,
+            style=self.style,
+            aggregate=self.aggregate,
+            link_factors=self.link_factors,
+            agents=self.agents,
         )
         if reward_error is not None:
             raise reward_error

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -21,6 +22,7 @@ from rltap.tensor_codec import decode_tensors
 from rltap.types import (
     InteractionStatus,
     InteractionWithTokenLogpReward,
+    Link,
     LogprobConvention,
     ModelResponse,
     StopReason,
@@ -143,14 +145,21 @@ class OpenAIProxyClient:
         style: str = "individual",
         aggregate: str = "mean",
         wait_timeout: float | None = None,
+        link_factors: Mapping[str, float] | None = None,
+        agents: Sequence[str] | None = None,
     ) -> dict[str, InteractionWithTokenLogpReward]:
-        """Export the session (it must be ended, or end within `wait_timeout`)."""
+        """Export the session (it must be ended, or end within `wait_timeout`); the fields are
+        `POST /export_trajectories`'."""
         body: dict[str, Any] = {
             "session_id": self.session_id,
             "discount": discount,
             "style": style,
             "aggregate": aggregate,
         }
+        if link_factors is not None:
+            body["link_factors"] = dict(link_factors)
+        if agents is not None:
+            body["agents"] = list(agents)
         if wait_timeout is not None:
             body["wait_timeout"] = wait_timeout
         return interactions_from_export(await self._post("/export_trajectories", body, admin=True))
@@ -184,6 +193,8 @@ def interactions_from_export(body: dict[str, Any]) -> dict[str, InteractionWithT
             model_response=response,
             reward=float(tensors["rewards"][0]),
             parent=rebuilt.get(item["parent_id"]) if item["parent_id"] else None,
+            link=Link(item["link"]) if item["link"] else None,
+            agent_id=item["agent_id"],
             messages=item["messages"],
             output_message_list=item["output_message_list"],
             interaction_id=item["interaction_id"],

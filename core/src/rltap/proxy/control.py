@@ -27,7 +27,7 @@ from rltap.proxy.routing import (
     proxy_state,
 )
 from rltap.proxy.state import SessionRecord, SessionState
-from rltap.rewards import Aggregate, check_reward
+from rltap.rewards import Aggregate, check_link_factors, check_reward
 from rltap.tensor_codec import encode_tensors
 from rltap.types import InteractionStatus, InteractionWithTokenLogpReward
 
@@ -81,6 +81,11 @@ class ExportRequest(BaseModel):
     discount: float = Field(default=1.0, ge=0.0, le=1.0, allow_inf_nan=False)
     style: ExportStyle = "individual"
     aggregate: Aggregate = "mean"
+    # The share of a child's discounted reward its parent gets, by the child's link kind
+    # ("prefix", "rewrite", "handoff", "subagent"; 1.0 each unless given; `rltap.rewards`).
+    link_factors: dict[str, float] | None = None
+    # Only these agents' interactions (concat: sequences); rewards discounted over all first.
+    agents: list[str] | None = Field(default=None, min_length=1)
     # Seconds to wait for the session to end; at most the proxy's `max_export_wait`.
     wait_timeout: float | None = Field(default=None, ge=0.0, allow_inf_nan=False)
 
@@ -140,7 +145,8 @@ async def export_trajectories(request: Request, body: ExportRequest) -> Response
         raise InvalidRequest(msg, param="wait_timeout")
     record = state.store.get(body.session_id)
     await _wait_until_done(record, timeout)
-    exported = export_body(record, body.discount, body.style, body.aggregate)
+    check_link_factors(body.link_factors)  # before the session is freed: a 400 keeps it
+    exported = export_body(record, body)
     state.store.free(record)
     state.metrics.open_sessions.set(state.store.open_sessions)
     return json_response(exported)
@@ -197,6 +203,8 @@ def _encode(node: InteractionWithTokenLogpReward) -> dict[str, Any]:
     return {
         "interaction_id": node.interaction_id,
         "parent_id": node.parent_id,
+        "link": None if node.link is None else node.link.value,
+        "agent_id": node.agent_id,
         "reward": node.reward,
         "messages": node.messages,
         "output_message_list": node.output_message_list,
@@ -210,12 +218,16 @@ def _encode(node: InteractionWithTokenLogpReward) -> dict[str, Any]:
     }
 
 
-def export_body(
-    record: SessionRecord, discount: float, style: ExportStyle, aggregate: Aggregate
-) -> dict[str, Any]:
+def export_body(record: SessionRecord, request: ExportRequest) -> dict[str, Any]:
     """The export of one session: every exported interaction with its tensors, and what failed."""
     cache = record.session.cache
-    exported = cache.export_interactions(style=style, reward_discount=discount, aggregate=aggregate)
+    exported = cache.export_interactions(
+        style=request.style,
+        reward_discount=request.discount,
+        aggregate=request.aggregate,
+        link_factors=request.link_factors,
+        agents=request.agents,
+    )
     not_exported = [
         {"interaction_id": node.interaction_id, "status": node.status.value, "error": node.error}
         for node in cache.values()
@@ -225,8 +237,9 @@ def export_body(
         "session_id": record.session_id,
         "task_id": record.task_id,
         "state": record.state.value,
-        "style": style,
-        "discount": discount,
+        "style": request.style,
+        "discount": request.discount,
+        "link_factors": check_link_factors(request.link_factors),
         "interactions": [_encode(node) for node in exported.values()],
         "not_exported": not_exported,
     }

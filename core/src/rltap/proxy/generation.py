@@ -34,6 +34,7 @@ from rltap.protocols import SPECS, ApiSpec
 from rltap.proxy.conversations import with_conversation
 from rltap.proxy.metrics import ProxyMetrics
 from rltap.proxy.middleware import STARTED
+from rltap.proxy.requests import request_agent
 from rltap.proxy.routing import json_response, proxy_state, session_of
 from rltap.proxy.state import SessionRecord
 
@@ -62,6 +63,7 @@ async def generate(
     state = proxy_state(request)
     started: float = request.scope.get(STARTED, time.perf_counter())
     canonical, after = with_conversation(spec, body, record)
+    canonical.agent = request_agent(request)
     loop = asyncio.get_running_loop()
     record.call_started()
 

@@ -1,4 +1,4 @@
-"""Reading what a client sent: its API key, and its body within the size limit."""
+"""Reading what a client sent: its API key, the agent it names, its body within the size limit."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from collections.abc import Iterable
 from fastapi import Request
 
 from rltap.errors import PayloadTooLarge
+from rltap.links import AGENT_HEADER, agent_from_header
 
-__all__ = ["body_over_limit", "declared_over_limit", "request_key"]
+__all__ = ["body_over_limit", "declared_over_limit", "request_agent", "request_key"]
 
 
 def request_key(request: Request) -> str | None:
@@ -20,6 +21,11 @@ def request_key(request: Request) -> str | None:
             return bearer.strip()
     x_api_key = request.headers.get("x-api-key")
     return x_api_key.strip() if x_api_key and x_api_key.strip() else None
+
+
+def request_agent(request: Request) -> str | None:
+    """The agent the client names in `X-Rltap-Agent` (None: unnamed)."""
+    return agent_from_header(request.headers.get(AGENT_HEADER))
 
 
 def body_over_limit(limit: int) -> PayloadTooLarge:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 
 from rltap.protocols.anthropic_messages import SPEC, MessageCreateParams
+from rltap.proxy.requests import request_agent
 from rltap.proxy.routing import SessionRoute, caller_session, json_response
 
 __all__ = ["TOKEN_COUNT_ROUTER"]
@@ -23,5 +24,7 @@ TOKEN_COUNT_ROUTER = APIRouter(route_class=SessionRoute)
 @TOKEN_COUNT_ROUTER.post("/v1/messages/count_tokens", summary="Anthropic Messages: count tokens")
 async def count_tokens(request: Request, body: MessageCreateParams) -> Response:
     record = caller_session(request)
-    count = record.session.count_tokens(SPEC.to_canonical(body))
+    canonical = SPEC.to_canonical(body)
+    canonical.agent = request_agent(request)
+    count = record.session.count_tokens(canonical)
     return json_response({"input_tokens": count})

@@ -1,0 +1,136 @@
+"""How a call is linked into its session's tree: its parent, the kind of link, its agent.
+
+Real agents do not only append to their history: they drop their tools for a last answer, trim
+or summarize old turns, hand the conversation to another agent, or call another agent as a tool.
+Each of these stays linked, so one episode is one tree and the reward of its answer reaches every
+call that led to it. The procedure is deterministic, over canonical messages (`rltap.canonical`),
+and looks at the session's complete interactions only. In order, the first rule that applies:
+
+1. `prefix`: a complete interaction's messages plus its reply are a prefix of the call's messages
+   (the longest one; ties to the last inserted), under the same tool set, and by the same agent
+   when the client names agents. Its tokens continue the parent's (concat export, token-in
+   token-out rendering). Cost: O(M) for M messages, one hash-chain pass and a dictionary lookup
+   per prefix (`InteractionCache`).
+2. `rewrite` or `handoff`: the call's messages contain the reply of a complete interaction, as an
+   assistant message, but not after that interaction's exact conversation (its tools changed,
+   earlier messages were trimmed, summarized or edited, another system prompt came in front).
+   The parent is the interaction whose reply stands latest in the call's messages (the most
+   recent state of the conversation the call carries). It is a `handoff` when another agent made
+   the call (the `X-Rltap-Agent` header differs; without one, the system prompt differs), else a
+   `rewrite`. Cost: O(K) canonical hashes, K the messages after the latest reply found (at most
+   M), and a dictionary lookup each.
+3. `subagent`: some complete interaction asked for tool calls and nothing has continued it yet
+   (its tool call is open), and another agent makes this call: an agent run as a tool, or a
+   helper call (a summary) made while the tool runs. The parent is the interaction opened last.
+   Cost: O(1).
+4. `root`: none of these; the call starts a conversation of its own.
+
+The agent id is the `X-Rltap-Agent` header when the client sends one (the adapters set it where
+the framework names its agents). Without one, a `prefix` or `rewrite` child keeps its parent's
+agent (the same agent dropping its tools is still that agent); any other call gets an id derived
+from its system prompt and tool set (`agent-` and 12 hex digits), which tells apart two agents
+whose prompts agree but whose tools differ.
+
+Rewards flow along every link kind (`rltap.rewards`, each kind with its own factor); token
+sequences join only along `prefix` links (`rltap.export`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rltap.canonical import canonical_message
+from rltap.errors import InvalidRequest
+from rltap.types import InteractionWithTokenLogpReward
+
+__all__ = [
+    "AGENT_HEADER",
+    "LinkIndex",
+    "agent_from_header",
+    "derive_agent_id",
+    "same_system_prompt",
+]
+
+AGENT_HEADER = "x-rltap-agent"
+_AGENT_MAX_CHARS = 256
+_SYSTEM_ROLES = frozenset({"system", "developer"})
+
+
+def agent_from_header(value: str | None) -> str | None:
+    """The agent a client names in its `X-Rltap-Agent` header (None: unnamed); a 400 for an
+    empty or overlong name."""
+    if value is None:
+        return None
+    agent = value.strip()
+    if not agent or len(agent) > _AGENT_MAX_CHARS:
+        msg = f"the X-Rltap-Agent header must name an agent in 1 to {_AGENT_MAX_CHARS} characters"
+        raise InvalidRequest(msg, param="X-Rltap-Agent")
+    return agent
+
+
+def _system_prompt(messages: Sequence[Mapping[str, Any]]) -> list[bytes]:
+    """The leading system (or developer) messages, canonical."""
+    prompt = []
+    for message in messages:
+        if message.get("role") not in _SYSTEM_ROLES:
+            break
+        prompt.append(canonical_message(message))
+    return prompt
+
+
+def same_system_prompt(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]]) -> bool:
+    return _system_prompt(a) == _system_prompt(b)
+
+
+def derive_agent_id(messages: Sequence[Mapping[str, Any]], context: bytes | None) -> str:
+    """An agent id from the system prompt and the tool set (`tools_context`) of a call."""
+    digest = hashlib.blake2b(digest_size=6)
+    for part in _system_prompt(messages):
+        digest.update(len(part).to_bytes(8, "little") + part)
+    digest.update(b"\x00tools\x00" + (context or b""))
+    return f"agent-{digest.hexdigest()}"
+
+
+def _reply_key(message: Mapping[str, Any]) -> bytes:
+    return hashlib.blake2b(canonical_message(message), digest_size=16).digest()
+
+
+class LinkIndex:
+    """What rules 2 and 3 look up: complete interactions by their replies, and the open ones.
+
+    Not thread-safe by itself: `InteractionCache` holds its lock around every call.
+    """
+
+    def __init__(self) -> None:
+        self._replies: dict[bytes, str] = {}
+        # Interactions whose tool calls nothing has continued yet, in the order they completed.
+        self._open: dict[str, None] = {}
+
+    def completed(self, interaction: InteractionWithTokenLogpReward) -> None:
+        """Index a complete interaction's reply (the last one completed wins a tie)."""
+        interaction_id = interaction.interaction_id
+        for message in interaction.output_message_list or []:
+            if message.get("role") == "assistant":
+                self._replies[_reply_key(message)] = interaction_id
+                if message.get("tool_calls"):
+                    self._open[interaction_id] = None
+
+    def continued(self, interaction_id: str) -> None:
+        """A call continued this interaction: its tool calls are answered."""
+        self._open.pop(interaction_id, None)
+
+    def latest_reply(self, messages: Sequence[Mapping[str, Any]]) -> str | None:
+        """The interaction whose reply stands latest in `messages` (rule 2), or None."""
+        for message in reversed(messages):
+            if message.get("role") != "assistant":
+                continue
+            interaction_id = self._replies.get(_reply_key(message))
+            if interaction_id is not None:
+                return interaction_id
+        return None
+
+    def open_call(self) -> str | None:
+        """The interaction whose tool call was opened last and is still open (rule 3)."""
+        return next(reversed(self._open), None)
