@@ -176,3 +176,37 @@ async def test_the_direct_clients_config_cuts_max_tokens_and_refuses_images(
         )
     assert strict.value.code == "context_length_exceeded"
     await lenient.close()
+
+
+async def test_agents_named_by_header_are_recorded_and_exported_by_agent(
+    client: ArealOpenAI,
+) -> None:
+    first = await client.chat.completions.create(
+        model="tiny",
+        messages=[{"role": "user", "content": "hi"}],
+        extra_headers={"X-Rltap-Agent": "triage"},
+    )
+    messages: list[Any] = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": first.choices[0].message.content},
+        {"role": "user", "content": "more"},
+    ]
+    second = await client.chat.completions.create(
+        model="tiny", messages=messages, extra_headers={"X-Rltap-Agent": "expert"}
+    )
+    client.set_last_reward(1.0)
+    handoff = client.get_interaction(second.id)
+    assert (handoff.agent_id, str(handoff.link), handoff.parent_id) == (
+        "expert",
+        "handoff",
+        first.id,
+    )
+    exported = client.export_interactions(
+        reward_discount=0.5, link_factors={"handoff": 0.5}, agents=["triage"]
+    )
+    assert list(exported) == [first.id]
+    assert exported[first.id].reward == pytest.approx(0.25)
+    with pytest.raises(openai.BadRequestError, match="X-Rltap-Agent"):
+        await client.chat.completions.create(
+            model="tiny", messages=messages, extra_headers={"X-Rltap-Agent": "a" * 300}
+        )

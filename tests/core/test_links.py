@@ -1,0 +1,280 @@
+"""How calls are linked (`rltap.links`): one test per rule, the agent ids, and what the links do
+to rewards and to the concat export."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from rltap.cache import InteractionCache
+from rltap.canonical import tools_context
+from rltap.errors import InvalidRequest
+from rltap.links import agent_from_header, derive_agent_id
+from rltap.types import InteractionWithTokenLogpReward, Link, ModelResponse
+
+TOOLS = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}]
+OTHER_TOOLS = [{"type": "function", "function": {"name": "search", "parameters": {}}}]
+
+
+def system(text: str) -> dict[str, Any]:
+    return {"role": "system", "content": text}
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def reply(text: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": text}
+
+
+def tool_call(name: str, call_id: str = "call_1") -> dict[str, Any]:
+    function = {"name": name, "arguments": "{}"}
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": call_id, "function": function}],
+    }
+
+
+def tool_result(text: str, call_id: str = "call_1") -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": call_id, "content": text}
+
+
+class Episode:
+    """Calls recorded complete in one cache, each with its own prompt tokens (concat style along
+    prefix links: a prefix child's prompt starts with its parent's tokens)."""
+
+    def __init__(self) -> None:
+        self.cache = InteractionCache()
+        self._next_token = 100
+
+    def call(
+        self,
+        messages: list[dict[str, Any]],
+        output: dict[str, Any],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        agent: str | None = None,
+        reward: float | None = None,
+    ) -> InteractionWithTokenLogpReward:
+        node = InteractionWithTokenLogpReward(messages=messages, tools=tools)
+        self.cache.add(node, context=tools_context(tools), agent=agent)
+        parent = node.token_parent
+        prefix: list[int] = []
+        if parent is not None and parent.model_response is not None:
+            prefix = parent.model_response.input_tokens + parent.model_response.output_tokens
+        self._next_token += 3
+        response = ModelResponse(
+            input_tokens=[*prefix, self._next_token],
+            output_tokens=[self._next_token + 1, self._next_token + 2],
+            output_logprobs=[-0.5, -0.25],
+            output_versions=[1, 1],
+        )
+        self.cache.complete(node.interaction_id, response, [output])
+        if reward is not None:
+            self.cache.set_reward(node.interaction_id, reward)
+        return node
+
+
+# --- the rules, one by one -----------------------------------------------------------------
+
+
+def test_a_continuation_with_the_same_tools_is_a_prefix_link() -> None:
+    episode = Episode()
+    first = episode.call([system("S"), user("2+3?")], tool_call("add"), tools=TOOLS)
+    history = [system("S"), user("2+3?"), tool_call("add"), tool_result("5")]
+    second = episode.call(history, reply("5"), tools=TOOLS)
+    assert (first.link, second.link, second.parent) == (Link.ROOT, Link.PREFIX, first)
+    assert second.agent_id == first.agent_id
+
+
+def test_a_last_call_without_tools_is_a_rewrite_of_the_same_agent() -> None:
+    episode = Episode()
+    first = episode.call([system("S"), user("2+3?")], tool_call("add"), tools=TOOLS)
+    history = [system("S"), user("2+3?"), tool_call("add"), tool_result("5")]
+    last = episode.call(history, reply("5"))
+    assert (last.parent, last.link) == (first, Link.REWRITE)
+    assert (
+        last.agent_id == first.agent_id
+    )  # kept, though the tool set (and so the derivation) changed
+    assert derive_agent_id(history, None) != first.agent_id
+
+
+def test_a_trimmed_history_is_a_rewrite_of_the_call_whose_reply_it_kept() -> None:
+    episode = Episode()
+    turns = [system("S"), user("q1")]
+    a = episode.call(turns, reply("a1"))
+    turns += [reply("a1"), user("q2")]
+    b = episode.call(turns, reply("a2"))
+    # A window of the last two messages: the first turn fell out.
+    trimmed = [system("S"), reply("a2"), user("q3")]
+    c = episode.call(trimmed, reply("a3"))
+    assert (b.parent, b.link) == (a, Link.PREFIX)
+    assert (c.parent, c.link, c.agent_id) == (b, Link.REWRITE, a.agent_id)
+
+
+def test_a_summarized_history_links_to_the_reply_it_kept_even_when_older_replies_also_remain() -> (
+    None
+):
+    episode = Episode()
+    a = episode.call([system("S"), user("q1")], reply("a1"))
+    b = episode.call([system("S"), user("q1"), reply("a1"), user("q2")], reply("a2"))
+    summarized = [system("S"), user("Summary: q1, a1"), reply("a1"), user("q2"), reply("a2")]
+    c = episode.call([*summarized, user("q3")], reply("a3"))
+    assert (a.link, b.parent, c.parent, c.link) == (Link.ROOT, a, b, Link.REWRITE)
+
+
+def test_another_system_prompt_carrying_the_conversation_is_a_handoff() -> None:
+    episode = Episode()
+    triage = episode.call([system("Triage."), user("hola")], tool_call("transfer_to_spanish"))
+    history = [user("hola"), tool_call("transfer_to_spanish"), tool_result("{}")]
+    spanish = episode.call([system("Spanish."), *history], reply("¡Hola!"))
+    assert (spanish.parent, spanish.link) == (triage, Link.HANDOFF)
+    assert spanish.agent_id == derive_agent_id([system("Spanish.")], None) != triage.agent_id
+
+
+def test_the_agent_header_decides_between_handoff_and_rewrite() -> None:
+    episode = Episode()
+    first = episode.call([system("S1"), user("q")], tool_call("t"), agent="planner")
+    history = [user("q"), tool_call("t"), tool_result("ok")]
+    # The same named agent with new instructions: a rewrite; another named agent: a handoff.
+    same = episode.call([system("S2"), *history], reply("a"), agent="planner")
+    other = episode.call([system("S1"), *history], reply("b"), agent="writer")
+    assert (same.link, same.agent_id) == (Link.REWRITE, "planner")
+    assert (other.link, other.agent_id, other.parent) == (Link.HANDOFF, "writer", first)
+
+
+def test_an_exact_continuation_by_another_named_agent_is_a_handoff_not_a_prefix() -> None:
+    episode = Episode()
+    first = episode.call([user("q")], reply("a"), agent="one")
+    second = episode.call([user("q"), reply("a"), user("next")], reply("b"), agent="two")
+    assert (second.parent, second.link, second.token_parent) == (first, Link.HANDOFF, None)
+
+
+def test_a_call_of_another_agent_while_a_tool_call_is_open_is_a_subagent() -> None:
+    episode = Episode()
+    orchestrator = episode.call(
+        [system("Orchestrate."), user("translate hi")], tool_call("translator"), tools=TOOLS
+    )
+    sub = episode.call([system("Translate."), user("hi")], reply("hola"))
+    done = episode.call(
+        [
+            system("Orchestrate."),
+            user("translate hi"),
+            tool_call("translator"),
+            tool_result("hola"),
+        ],
+        reply("hola"),
+        tools=TOOLS,
+    )
+    assert (sub.parent, sub.link) == (orchestrator, Link.SUBAGENT)
+    assert (done.parent, done.link) == (orchestrator, Link.PREFIX)
+    # Once continued the tool call is closed: a new conversation after it is a root.
+    later = episode.call([system("Translate."), user("bye")], reply("adiós"))
+    assert (later.parent, later.link) == (None, Link.ROOT)
+
+
+def test_the_same_agent_starting_over_during_its_own_tool_call_is_a_root() -> None:
+    episode = Episode()
+    episode.call([system("S"), user("q")], tool_call("add"), tools=TOOLS)
+    again = episode.call([system("S"), user("another question")], reply("a"), tools=TOOLS)
+    assert (again.parent, again.link) == (None, Link.ROOT)
+
+
+def test_a_call_that_shares_nothing_is_a_root() -> None:
+    episode = Episode()
+    episode.call([user("q")], reply("a"))
+    other = episode.call([user("unrelated")], reply("b"))
+    assert (other.parent, other.link) == (None, Link.ROOT)
+
+
+# --- agent ids -------------------------------------------------------------------------------
+
+
+def test_derived_agent_ids_follow_the_system_prompt_and_the_tools() -> None:
+    base = derive_agent_id([system("S"), user("x")], tools_context(TOOLS))
+    assert base == derive_agent_id([system("S"), user("another")], tools_context(TOOLS))
+    assert base != derive_agent_id([system("S"), user("x")], tools_context(OTHER_TOOLS))
+    assert base != derive_agent_id([system("T"), user("x")], tools_context(TOOLS))
+    assert base.startswith("agent-")
+    assert len(base) == len("agent-") + 12
+
+
+@pytest.mark.parametrize("value", ["", "   ", "x" * 257])
+def test_an_empty_or_overlong_agent_header_is_refused(value: str) -> None:
+    with pytest.raises(InvalidRequest, match="X-Rltap-Agent"):
+        agent_from_header(value)
+
+
+def test_the_agent_header_is_stripped() -> None:
+    assert agent_from_header("  triage ") == "triage"
+    assert agent_from_header(None) is None
+
+
+# --- rewards and exports ---------------------------------------------------------------------
+
+
+def handoff_episode() -> tuple[Episode, list[InteractionWithTokenLogpReward]]:
+    """triage -> (handoff) spanish agent's tool call -> its answer, rewarded 1.0."""
+    episode = Episode()
+    triage = episode.call([system("Triage."), user("hola")], tool_call("transfer_to_spanish"))
+    history = [
+        system("Spanish."),
+        user("hola"),
+        tool_call("transfer_to_spanish"),
+        tool_result("{}"),
+    ]
+    spanish = episode.call(history, tool_call("lookup", "call_2"), tools=TOOLS)
+    history += [tool_call("lookup", "call_2"), tool_result("hola", "call_2")]
+    answer = episode.call(history, reply("¡Hola!"), tools=TOOLS, reward=1.0)
+    return episode, [triage, spanish, answer]
+
+
+def test_a_handoff_episode_gives_the_triage_call_its_discounted_credit() -> None:
+    episode, (triage, spanish, answer) = handoff_episode()
+    assert [n.link for n in (triage, spanish, answer)] == [Link.ROOT, Link.HANDOFF, Link.PREFIX]
+    rewards = episode.cache.apply_reward_discount(0.9)
+    assert rewards[answer.interaction_id] == pytest.approx(1.0)
+    assert rewards[spanish.interaction_id] == pytest.approx(0.9)
+    assert rewards[triage.interaction_id] == pytest.approx(0.81)
+
+
+def test_each_link_kind_has_its_own_factor() -> None:
+    episode, (triage, spanish, _) = handoff_episode()
+    rewards = episode.cache.apply_reward_discount(0.9, link_factors={"handoff": 0.5})
+    assert rewards[spanish.interaction_id] == pytest.approx(0.9)
+    assert rewards[triage.interaction_id] == pytest.approx(0.9 * 0.5 * 0.9)
+
+
+@pytest.mark.parametrize(
+    ("factors", "message"),
+    [({"root": 1.0}, "key must be one of"), ({"handoff": 1.5}, r"in \[0, 1\]")],
+)
+def test_bad_link_factors_are_refused(factors: dict[str, float], message: str) -> None:
+    episode, _ = handoff_episode()
+    with pytest.raises(InvalidRequest, match=message):
+        episode.cache.export_interactions(link_factors=factors)
+
+
+def test_concat_starts_a_new_sequence_at_a_link_that_is_not_a_prefix() -> None:
+    episode, (triage, spanish, answer) = handoff_episode()
+    exported = episode.cache.export_interactions("concat", reward_discount=0.9)
+    # The triage call is a sequence of its own; the spanish agent's two calls join.
+    assert list(exported) == [triage.interaction_id, answer.interaction_id]
+    assert answer.model_response is not None
+    assert spanish.model_response is not None
+    joined = exported[answer.interaction_id].to_arrays()["input_ids"][0].tolist()
+    assert joined == answer.model_response.input_tokens + answer.model_response.output_tokens
+    assert joined[: spanish.model_response.input_len] == spanish.model_response.input_tokens
+    assert exported[triage.interaction_id].reward == pytest.approx(0.81)
+    assert exported[answer.interaction_id].parent_id == spanish.interaction_id
+
+
+def test_an_export_limited_to_some_agents_keeps_the_credit_of_the_others() -> None:
+    episode, (triage, spanish, answer) = handoff_episode()
+    exported = episode.cache.export_interactions(reward_discount=0.9, agents=[triage.agent_id])
+    assert list(exported) == [triage.interaction_id]
+    assert exported[triage.interaction_id].reward == pytest.approx(0.81)
+    assert spanish.agent_id == answer.agent_id != triage.agent_id
