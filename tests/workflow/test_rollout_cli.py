@@ -16,6 +16,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from rltap.links import derive_agent_id
 from rltap.testing.proxy import RunningProxy
 
 # Row 3's agent raises: both its episodes fail, the other rows' succeed.
@@ -181,3 +182,38 @@ def test_rollout_refuses_nothing_to_run_at_once(tmp_path: Path, option: list[str
     with pytest.raises(SystemExit, match="--group-size and --concurrency must be at least 1"):
         main([*arguments, "--proxy", "http://127.0.0.1:9", "--admin-key", "k", *option])
     assert not (tmp_path / "out").exists()
+
+
+async def test_rollout_exports_the_agents_and_link_factors_asked_for(
+    proxy: RunningProxy, agent_spec: Callable[[str], str], tmp_path: Path
+) -> None:
+    data = _write_rows(tmp_path / "data.jsonl", ROWS[1:3])
+    out = tmp_path / "out"
+    # The agent names no agent: its id is derived from its (empty) system prompt and tools.
+    agent_id = derive_agent_id([], None)
+    remote = ["--proxy", proxy.url, "--admin-key", proxy.admin_key]
+    options = ["--agents", agent_id, "--link-factor", "prefix=0"]
+    finished = await _run(_rollout_command(agent_spec("ChatAgent"), data, out, *remote, *options))
+    assert finished.returncode == 0, finished.stderr
+    lines = _jsonl(out / "trajectories.jsonl")
+    assert len(lines) == 8
+    assert {line["agent_id"] for line in lines} == {agent_id}
+    for line in lines:
+        # The second turn holds the row's reward; with a prefix factor 0 none reaches the first.
+        first_turn = line["link"] == "root"
+        assert line["reward"] == (0.0 if first_turn else ROWS[1 + line["row"]]["reward"])
+
+    nobody = await _run(
+        _rollout_command(agent_spec("ChatAgent"), data, tmp_path / "none", *remote, "--agents", "x")
+    )
+    assert nobody.returncode == 0, nobody.stderr
+    assert _jsonl(tmp_path / "none" / "trajectories.jsonl") == []
+
+
+def test_rollout_refuses_a_link_factor_without_its_kind(tmp_path: Path) -> None:
+    from rltap.cli import main
+
+    arguments = ["rollout", "agent.py:Agent", "--data", "d", "--out", str(tmp_path / "out")]
+    with pytest.raises(SystemExit) as exited:
+        main([*arguments, "--link-factor", "0.5"])
+    assert exited.value.code == 2

@@ -129,10 +129,12 @@ def _link_factor(text: str) -> tuple[str, float]:
     """`KIND=F` of --link-factor; checked again, with the others, by `check_link_factors`."""
     kind, sep, value = text.partition("=")
     try:
-        return kind.strip(), float(value) if sep else float("nan")
+        if sep:
+            return kind.strip(), float(value)
     except ValueError:
-        msg = f"expected KIND=F (e.g. handoff=0.5), got {text!r}"
-        raise argparse.ArgumentTypeError(msg) from None
+        pass
+    msg = f"expected KIND=F (e.g. handoff=0.5), got {text!r}"
+    raise argparse.ArgumentTypeError(msg)
 
 
 def _rollout(args: argparse.Namespace) -> int:
