@@ -278,3 +278,58 @@ def test_an_export_limited_to_some_agents_keeps_the_credit_of_the_others() -> No
     assert list(exported) == [triage.interaction_id]
     assert exported[triage.interaction_id].reward == pytest.approx(0.81)
     assert spanish.agent_id == answer.agent_id != triage.agent_id
+
+
+def readme_trees() -> dict[str, tuple[Episode, list[InteractionWithTokenLogpReward]]]:
+    """The trees drawn in the README's "How calls are linked", each with its last call rewarded."""
+    trees = {}
+    episode = Episode()
+    a = episode.call([system("sys"), user("q1")], reply("a1"))
+    b = episode.call([system("sys"), user("q1"), reply("a1"), user("q2")], reply("a2"))
+    history = [system("sys"), user("q1"), reply("a1"), user("q2"), reply("a2"), user("q3")]
+    c = episode.call(history, reply("a3"), reward=1.0)
+    trees["prefix"] = episode, [a, b, c]
+    episode = Episode()
+    a = episode.call([system("sys"), user("q")], tool_call("add"), tools=TOOLS)
+    history = [system("sys"), user("q"), tool_call("add"), tool_result("4")]
+    trees["rewrite: last call without tools"] = (
+        episode,
+        [a, episode.call(history, reply("4"), reward=1.0)],
+    )
+    episode = Episode()
+    a = episode.call([system("sys"), user("q1")], reply("a1"))
+    b = episode.call([system("sys"), user("q1"), reply("a1"), user("q2")], reply("a2"))
+    c = episode.call([system("sys"), reply("a2"), user("q3")], reply("a3"), reward=1.0)
+    trees["rewrite: trimmed window"] = episode, [a, b, c]
+    trees["handoff"] = handoff_episode()
+    episode = Episode()
+    o1 = episode.call([system("Orchestrate"), user("hi")], tool_call("translator"), tools=TOOLS)
+    sub = episode.call([system("Translate"), user("hi")], reply("hola"))
+    history = [system("Orchestrate"), user("hi"), tool_call("translator"), tool_result("hola")]
+    o2 = episode.call(history, reply("answer"), tools=TOOLS, reward=1.0)
+    trees["subagent"] = episode, [o1, sub, o2]
+    return trees
+
+
+README_REWARDS = {
+    "prefix": ([Link.ROOT, Link.PREFIX, Link.PREFIX], [0.81, 0.9, 1.0]),
+    "rewrite: last call without tools": ([Link.ROOT, Link.REWRITE], [0.9, 1.0]),
+    "rewrite: trimmed window": ([Link.ROOT, Link.PREFIX, Link.REWRITE], [0.81, 0.9, 1.0]),
+    "handoff": ([Link.ROOT, Link.HANDOFF, Link.PREFIX], [0.81, 0.9, 1.0]),
+    "subagent": ([Link.ROOT, Link.SUBAGENT, Link.PREFIX], [0.45, 0.0, 1.0]),
+}
+
+
+@pytest.mark.parametrize("tree", list(README_REWARDS))
+def test_the_readme_trees_get_the_rewards_the_readme_draws(tree: str) -> None:
+    episode, nodes = readme_trees()[tree]
+    links, rewards = README_REWARDS[tree]
+    discounted = episode.cache.apply_reward_discount(0.9)
+    assert [node.link for node in nodes] == links
+    assert [discounted[node.interaction_id] for node in nodes] == pytest.approx(rewards)
+
+
+def test_max_aggregation_gives_the_orchestrator_its_continuation_s_credit() -> None:
+    episode, (orchestrator, _, _) = readme_trees()["subagent"]
+    discounted = episode.cache.apply_reward_discount(0.9, aggregate="max")
+    assert discounted[orchestrator.interaction_id] == pytest.approx(0.9)
