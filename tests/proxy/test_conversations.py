@@ -316,6 +316,11 @@ async def test_compact_summarises_with_a_recorded_generation(proxy: RunningProxy
         {"role": "assistant", "content": summary},
         {"role": "user", "content": "next"},
     ]
+    # The compacted history is a rewrite of the summarising call: one tree, credit flows back.
+    assert (nodes[follow_up.id]["link"], nodes[follow_up.id]["parent_id"]) == (
+        "rewrite",
+        compacted.id,
+    )
 
 
 async def test_compact_a_stored_response_continues_it(proxy: RunningProxy) -> None:
