@@ -19,6 +19,7 @@ EXPECTED_ALL = [
     "EpisodeFn",
     "ProxyModel",
     "TokenizerTokenCounter",
+    "name_agents",
 ]
 
 

@@ -18,6 +18,7 @@ Usage:
 from __future__ import annotations
 
 from rltap_camel._adapter import CamelAdapter, EpisodeFn
+from rltap_camel._agents import name_agents
 from rltap_camel._client import DEFAULT_CONTEXT_WINDOW, ProxyModel
 from rltap_camel._requirements import FRAMEWORK_REQUIREMENT
 from rltap_camel._tokens import ByteTokenCounter, TokenizerTokenCounter
@@ -30,4 +31,5 @@ __all__ = [
     "EpisodeFn",
     "ProxyModel",
     "TokenizerTokenCounter",
+    "name_agents",
 ]

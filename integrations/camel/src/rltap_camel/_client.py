@@ -21,6 +21,8 @@ from camel.models import OpenAICompatibleModel
 from camel.utils import BaseTokenCounter
 
 from rltap.adapter import Connection
+from rltap.errors import InvalidRequest
+from rltap.links import AGENT_HEADER, agent_from_header
 from rltap_camel._tokens import ByteTokenCounter
 
 __all__ = ["DEFAULT_CONTEXT_WINDOW", "ProxyModel"]
@@ -40,6 +42,7 @@ class _Clients:
     async_: openai.AsyncOpenAI
     owns_sync: bool
     owns_async: bool
+    agent: str | None = None
 
     @classmethod
     def build(cls, connection: Connection, timeout: float, max_retries: int) -> _Clients:
@@ -58,6 +61,17 @@ class _Clients:
             async_=openai.AsyncOpenAI(http_client=async_http, **options),
             owns_sync=sync_http is not given,
             owns_async=async_http is None,
+        )
+
+    def for_agent(self, agent: str) -> _Clients:
+        """Copies that send `X-Rltap-Agent: agent` on the same http clients (owned by `self`)."""
+        headers = {AGENT_HEADER: agent}
+        return _Clients(
+            sync=self.sync.with_options(default_headers=headers),
+            async_=self.async_.with_options(default_headers=headers),
+            owns_sync=False,
+            owns_async=False,
+            agent=agent,
         )
 
     async def aclose(self) -> None:
@@ -96,6 +110,10 @@ class ProxyModel(OpenAICompatibleModel):
 
     CAMEL turns a failed call into an error reply in stream mode; the backend remembers the
     failure so the adapter can still reject the episode (`raise_unanswered_failure`).
+
+    `agent` is the name its calls send in the `X-Rltap-Agent` header (None: none, the proxy
+    derives an id); `for_agent(name)` gives a named backend, `rltap_camel.name_agents` one per
+    agent CAMEL names.
     """
 
     def __init__(
@@ -140,15 +158,42 @@ class ProxyModel(OpenAICompatibleModel):
         """The context CAMEL trims memory to (`context_window`), not a lookup by model name."""
         return self.context_window
 
+    @property
+    def agent(self) -> str | None:
+        """The agent name this backend's calls send (`X-Rltap-Agent`), or None."""
+        return self._clients.agent
+
     def with_config(self, *, stream: bool | None = None, **config: Any) -> ProxyModel:
         """A backend on the same clients with changed model config, e.g. a non-streaming one for
         `RolePlaying`'s task-specify agent, or another temperature for the user agent."""
+        return self._sibling(self._clients, stream, config)
+
+    def for_agent(self, name: str) -> ProxyModel:
+        """A backend on the same connection whose calls name their agent: `X-Rltap-Agent: name`.
+
+        The proxy records `name` as the agent id of every call it makes, so an export can keep
+        one agent's calls (`agents=[name]`). A `ValueError` for a name an HTTP header cannot
+        carry (empty, over 256 characters, not printable ASCII).
+        """
+        if not (name.isascii() and name.isprintable()):
+            msg = f"an agent name must be printable ASCII to travel in a header, got {name!r}"
+            raise ValueError(msg)
+        try:
+            agent = agent_from_header(name)
+        except InvalidRequest as exc:
+            raise ValueError(str(exc)) from None
+        assert agent is not None  # a str was given
+        return self._sibling(self._clients.for_agent(agent), None, {})
+
+    def _sibling(
+        self, clients: _Clients, stream: bool | None, config: dict[str, Any]
+    ) -> ProxyModel:
         current = {k: v for k, v in self.model_config_dict.items() if k != "stream"}
         return ProxyModel(
             self.connection,
             stream=self.stream if stream is None else stream,
             config={**current, **config},
-            _clients=self._clients,
+            _clients=clients,
             **self._options,
         )
 
