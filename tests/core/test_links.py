@@ -3,6 +3,8 @@ to rewards and to the concat export."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -316,7 +318,7 @@ README_REWARDS = {
     "rewrite: last call without tools": ([Link.ROOT, Link.REWRITE], [0.9, 1.0]),
     "rewrite: trimmed window": ([Link.ROOT, Link.PREFIX, Link.REWRITE], [0.81, 0.9, 1.0]),
     "handoff": ([Link.ROOT, Link.HANDOFF, Link.PREFIX], [0.81, 0.9, 1.0]),
-    "subagent": ([Link.ROOT, Link.SUBAGENT, Link.PREFIX], [0.45, 0.0, 1.0]),
+    "subagent": ([Link.ROOT, Link.SUBAGENT, Link.PREFIX], [0.9, 0.9, 1.0]),
 }
 
 
@@ -329,7 +331,50 @@ def test_the_readme_trees_get_the_rewards_the_readme_draws(tree: str) -> None:
     assert [discounted[node.interaction_id] for node in nodes] == pytest.approx(rewards)
 
 
-def test_max_aggregation_gives_the_orchestrator_its_continuation_s_credit() -> None:
-    episode, (orchestrator, _, _) = readme_trees()["subagent"]
-    discounted = episode.cache.apply_reward_discount(0.9, aggregate="max")
-    assert discounted[orchestrator.interaction_id] == pytest.approx(0.9)
+def test_a_sub_agent_s_calls_get_the_credit_of_the_continuation_its_answer_feeds() -> None:
+    episode = Episode()
+    o1 = episode.call([system("Orchestrate"), user("hi")], tool_call("translator"), tools=TOOLS)
+    s1 = episode.call([system("Translate"), user("hi")], tool_call("lookup"), tools=OTHER_TOOLS)
+    history = [system("Translate"), user("hi"), tool_call("lookup"), tool_result("hola")]
+    s2 = episode.call(history, reply("hola"), tools=OTHER_TOOLS, reward=0.25)
+    history = [system("Orchestrate"), user("hi"), tool_call("translator"), tool_result("hola")]
+    o2 = episode.call(history, reply("answer"), tools=TOOLS, reward=1.0)
+    assert [n.link for n in (o1, s1, s2, o2)] == [
+        Link.ROOT,
+        Link.SUBAGENT,
+        Link.PREFIX,
+        Link.PREFIX,
+    ]
+    for factor in (1.0, 0.5):
+        rewards = episode.cache.apply_reward_discount(0.9, link_factors={"subagent": factor})
+        # The sub-agent's own reward stays in its calls; the orchestrator's comes from O2.
+        assert rewards[o1.interaction_id] == pytest.approx(0.9)
+        assert rewards[s2.interaction_id] == pytest.approx(0.25 + 0.9 * factor)
+        assert rewards[s1.interaction_id] == pytest.approx(0.9 * (0.25 + 0.9 * factor))
+
+
+def test_a_sub_agent_whose_caller_never_went_on_gets_its_own_reward_only() -> None:
+    episode = Episode()
+    episode.call([system("Orchestrate"), user("hi")], tool_call("translator"), tools=TOOLS)
+    sub = episode.call([system("Translate"), user("hi")], reply("hola"), reward=0.5)
+    assert episode.cache.apply_reward_discount(0.9)[sub.interaction_id] == pytest.approx(0.5)
+
+
+def drawn_trees() -> dict[str, tuple[list[str], list[float]]]:
+    """The README's `tree` block: each tree's title, its children's link words, every reward."""
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    [block] = re.findall(r"```tree\n(.*?)```", readme, re.DOTALL)
+    trees = {}
+    for drawing in block.strip().split("\n\n"):
+        title, *lines = drawing.splitlines()
+        links = [re.search(r"[└├] (\w+)", line)[1] for line in lines[1:]]  # type: ignore[index]
+        trees[title] = links, [float(line.split()[-1]) for line in lines]
+    return trees
+
+
+def test_the_readme_draws_the_trees_test_links_builds() -> None:
+    expected = {
+        title: ([str(link) for link in links[1:]], rewards)
+        for title, (links, rewards) in README_REWARDS.items()
+    }
+    assert drawn_trees() == expected

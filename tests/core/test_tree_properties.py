@@ -152,6 +152,17 @@ def reference_link(
     return None, Link.ROOT, derived
 
 
+def reference_anchor(
+    node: InteractionWithTokenLogpReward, complete: list[InteractionWithTokenLogpReward]
+) -> InteractionWithTokenLogpReward | None:
+    """The call whose open tool call the sub-agent `node` belongs to answers, if any."""
+    while node.parent is not None and any(node.parent is c for c in complete):
+        if node.link is Link.SUBAGENT:
+            return node.parent
+        node = node.parent
+    return None
+
+
 def reference_discount(
     node: InteractionWithTokenLogpReward,
     complete: list[InteractionWithTokenLogpReward],
@@ -159,16 +170,28 @@ def reference_discount(
     aggregate: str,
     factors: dict[str, float],
 ) -> float:
-    kids = [c for c in complete if c.parent is node]
+    """Recursion over the definition: continuations pass reward up, an anchor's continuations
+    pass it to the sub-agent calls nothing continues."""
+
+    def continuations(of: InteractionWithTokenLogpReward) -> list[float]:
+        kids = [c for c in complete if c.parent is of and c.link is not Link.SUBAGENT]
+        return [
+            factors[str(k.link)] * reference_discount(k, complete, gamma, aggregate, factors)
+            for k in kids
+        ]
+
+    def agg(values: list[float]) -> float:
+        return {"mean": sum(values) / len(values), "max": max(values), "sum": sum(values)}[
+            aggregate
+        ]
+
     own = node.reward or 0.0
-    if not kids:
-        return own
-    values = [
-        factors[str(k.link)] * reference_discount(k, complete, gamma, aggregate, factors)
-        for k in kids
-    ]
-    agg = {"mean": sum(values) / len(values), "max": max(values), "sum": sum(values)}[aggregate]
-    return own + gamma * agg
+    if values := continuations(node):
+        return own + gamma * agg(values)
+    anchor = reference_anchor(node, complete)
+    if anchor is not None and (values := continuations(anchor)):
+        return own + gamma * factors["subagent"] * agg(values)
+    return own
 
 
 @settings(max_examples=150, deadline=None)

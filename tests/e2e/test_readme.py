@@ -8,6 +8,8 @@
   `# <name>.py` is that file: it is written where the commands run. One importing a framework
   adapter runs in that framework's venv: `integrations/<fw>/tests/test_readme_quickstart.py`.
 - `text` blocks are `make demo`'s table: its columns and frameworks must be the demo's.
+- `tree` blocks are the drawn trees of "How calls are linked": `tests/core/test_links.py`
+  builds each one and checks its links and rewards.
 
 The only edits are PLACEHOLDERS (a model folder, the engine servers' addresses), the port of each
 `rltap serve` (a free one; the README's proxy at 127.0.0.1:8000 is the first one started) and
@@ -121,6 +123,8 @@ def plan(block: CodeBlock) -> list[Step]:
         return [_shell_step(block, argv) for argv in _commands(block.text)]
     if block.language == "text":
         return [Step(block, "output")]
+    if block.language == "tree":
+        return [Step(block, "tree")]
     msg = f"README.md:{block.line}: no rule runs a {block.language or 'plain'!r} block"
     raise NoRunner(msg)
 
@@ -391,6 +395,9 @@ async def _run_step(walk: Walk, step: Step) -> None:
         compile(step.block.text, step.target, "exec")
     elif step.kind == "output":
         _output(step)
+    elif step.kind == "tree":
+        test = REPO_ROOT / "tests" / "core" / "test_links.py"
+        assert "def test_the_readme_draws_the_trees_test_links_builds" in test.read_text()
     elif step.kind == "serve":
         await _serve(walk, step)
     elif step.kind == "rollout":

@@ -1,12 +1,21 @@
 """Reward discounting: backwards along the conversation tree, or along insertion order.
 
-Tree mode: each complete interaction gets `own + turn_discount * aggregate(children)`, leaves
-first, where `own` is the reward assigned to it (0 when unset) and `aggregate` is the mean, max or
-sum of its children's discounted rewards, each times the factor of the child's link kind
-(`link_factors`: keys `prefix`, `rewrite`, `handoff`, `subagent`, each in [0, 1], 1.0 unless
-given; `rltap.links`). Sibling branches never see each other's reward. A chain A -> B -> C with
-C = 1.0 and discount 0.9 gives B = 0.9 and A = 0.81, whatever kinds its links are with the default
-factors; with `{"handoff": 0.5}` and B a handoff from A, A = 0.405.
+Tree mode: each complete interaction gets `own + turn_discount * aggregate(continuations)`,
+where `own` is the reward assigned to it (0 when unset) and `aggregate` is the mean, max or sum of
+the discounted rewards of its continuations (its children by a `prefix`, `rewrite` or `handoff`
+link), each times the factor of the child's link kind (`link_factors`: keys `prefix`, `rewrite`,
+`handoff`, `subagent`, each in [0, 1], 1.0 unless given; `rltap.links`). Sibling branches never
+see each other's reward. A chain A -> B -> C with C = 1.0 and discount 0.9 gives B = 0.9 and
+A = 0.81, whatever kinds its links are with the default factors; with `{"handoff": 0.5}` and B a
+handoff from A, A = 0.405.
+
+A sub-agent's calls (the subtree below a `subagent` link) are not a branch the episode could have
+taken instead: their answer is the tool result the calling agent goes on with. So their credit
+comes from that continuation, and the calling agent's from its continuation alone. A sub-agent
+call that nothing continues gets `own + turn_discount * factor["subagent"] * aggregate(...)`,
+the same aggregate its anchor (the call that opened the tool call) gets from its continuations;
+the sub-agent's other calls are discounted back from there as usual. An orchestrator O1 that
+calls a translator S, then answers in O2 (rewarded 1.0): O2 = 1.0, O1 = 0.9, S = 0.9.
 
 Chain mode reproduces what insertion-order systems do: the i-th interaction gets
 `own_i + turn_discount * discounted_{i+1}`, whatever the tree looks like.
@@ -106,7 +115,7 @@ def discount_along_tree(
     aggregate: Aggregate = "mean",
     link_factors: LinkFactors | None = None,
 ) -> dict[str, float]:
-    """Discounted reward of every node, children before parents (see the module docstring).
+    """Discounted reward of every node (see the module docstring).
 
     `nodes` are the interactions to discount; a node whose parent is not among them is a root.
     """
@@ -118,27 +127,83 @@ def discount_along_tree(
         msg = f"aggregate must be one of {sorted(_AGGREGATES)}, got {aggregate!r}"
         raise InvalidRequest(msg, param="aggregate") from None
     by_id = {node.interaction_id: node for node in nodes}
-    children: dict[str, list[str]] = {node_id: [] for node_id in by_id}
-    roots: list[str] = []
-    for node_id, node in by_id.items():
-        parent_id = node.parent_id
-        if parent_id is not None and parent_id in by_id:
-            children[parent_id].append(node_id)
-        else:
-            roots.append(node_id)
-    # Parents before children (BFS from the roots); walking it backwards visits leaves first.
-    order = roots
-    for node_id in order:
-        order.extend(children[node_id])
+    shape = _TreeShape(by_id)
     discounted: dict[str, float] = {}
-    for node_id in reversed(order):
-        kids = children[node_id]
+    tails: dict[str, float] = {}
+
+    def tail(node_id: str) -> float:
+        """What `node_id` gets from its continuations, before the discount."""
+        if node_id not in tails:
+            kids = shape.continuations[node_id]
+            tails[node_id] = agg([factors[_link_of(by_id[k])] * discounted[k] for k in kids])
+        return tails[node_id]
+
+    for node_id in shape.evaluation_order():
         value = _own(by_id[node_id])
-        if kids:
-            passed = [factors[_link_of(by_id[kid])] * discounted[kid] for kid in kids]
-            value += turn_discount * agg(passed)
+        anchor = shape.anchor[node_id]
+        if shape.continuations[node_id]:
+            value += turn_discount * tail(node_id)
+        elif anchor is not None and shape.continuations[anchor]:
+            value += turn_discount * factors[Link.SUBAGENT.value] * tail(anchor)
         discounted[node_id] = value
     return {node_id: discounted[node_id] for node_id in by_id}
+
+
+class _TreeShape:
+    """Who passes reward to whom: each node's continuations (its children by any link but
+    `subagent`) and its anchor (the call whose open tool call the sub-agent it belongs to
+    answers; None outside a sub-agent)."""
+
+    def __init__(self, by_id: Mapping[str, InteractionWithTokenLogpReward]) -> None:
+        self.continuations: dict[str, list[str]] = {node_id: [] for node_id in by_id}
+        children: dict[str, list[str]] = {node_id: [] for node_id in by_id}
+        roots: list[str] = []
+        for node_id, node in by_id.items():
+            parent_id = node.parent_id
+            if parent_id is None or parent_id not in by_id:
+                roots.append(node_id)
+                continue
+            children[parent_id].append(node_id)
+            if node.link is not Link.SUBAGENT:
+                self.continuations[parent_id].append(node_id)
+        self.anchor: dict[str, str | None] = dict.fromkeys(roots)
+        order = roots  # parents before children: a child's anchor comes from its parent's
+        for node_id in order:
+            for kid in children[node_id]:
+                is_subagent = by_id[kid].link is Link.SUBAGENT
+                self.anchor[kid] = node_id if is_subagent else self.anchor[node_id]
+                order.append(kid)
+
+    def _needs(self, node_id: str) -> list[str]:
+        """The nodes whose discounted rewards `node_id`'s is made of."""
+        kids = self.continuations[node_id]
+        anchor = self.anchor[node_id]
+        return kids if kids or anchor is None else self.continuations[anchor]
+
+    def evaluation_order(self) -> list[str]:
+        """Every node after the ones it needs (an iterative depth-first post-order)."""
+        order: list[str] = []
+        done: set[str] = set()
+        opened: set[str] = set()
+        for start in self.continuations:
+            stack = [start]
+            while stack:
+                node_id = stack[-1]
+                if node_id in done:
+                    stack.pop()
+                    continue
+                pending = [other for other in self._needs(node_id) if other not in done]
+                if not pending:
+                    done.add(node_id)
+                    order.append(node_id)
+                    stack.pop()
+                    continue
+                if node_id in opened:  # links only point back in time: this cannot happen
+                    msg = f"reward dependencies form a cycle at {node_id}"
+                    raise RuntimeError(msg)
+                opened.add(node_id)
+                stack.extend(pending)
+        return order
 
 
 def discount_chain(

@@ -173,11 +173,9 @@ async def test_an_agent_as_tool_is_a_subagent_of_the_call_that_opened_it(
         TRANSLATOR,
         ORCHESTRATOR,
     ]
-    # The opening call has two children, the translation (no reward of its own, a leaf) and the
-    # answer (1.0): own 0 + discount * mean(0.0, 1.0).
-    assert rewards((opening, translation, answer)) == pytest.approx(
-        [DISCOUNT * (0.0 + 1.0) / 2, 0.0, 1.0]
-    )
+    # The translation is the tool result the orchestrator's answer (1.0) goes on with: both the
+    # opening call (by its continuation) and the translation (by its anchor's) get 0.9.
+    assert rewards((opening, translation, answer)) == pytest.approx([DISCOUNT, DISCOUNT, 1.0])
 
 
 @pytest.mark.parametrize("api", ["chat", "responses"])
@@ -194,8 +192,10 @@ async def test_an_export_of_some_agents_keeps_the_whole_trees_rewards(
     opening, answer = await run_links(scripted, build_orchestrator, api, agents=[ORCHESTRATOR])
     assert [i.agent_id for i in (opening, answer)] == [ORCHESTRATOR, ORCHESTRATOR]
     assert answer.parent_id == opening.interaction_id
-    # The translator's zero still counts in the mean (the orchestrator alone would give 0.9).
-    assert rewards((opening, answer)) == pytest.approx([DISCOUNT / 2, 1.0])
+    assert rewards((opening, answer)) == pytest.approx([DISCOUNT, 1.0])
+    (translation,) = await run_links(scripted, build_orchestrator, api, agents=[TRANSLATOR])
+    # Its own subtree alone would give 0: the credit comes from the answer its result fed.
+    assert (translation.link, translation.reward) == (Link.SUBAGENT, pytest.approx(DISCOUNT))
 
 
 async def test_a_filter_and_an_agent_header_of_your_own_are_kept(proxy: RunningProxy) -> None:
