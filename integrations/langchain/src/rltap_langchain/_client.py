@@ -10,6 +10,7 @@ import httpx
 from langchain_openai import ChatOpenAI
 
 from rltap.adapter import Api, Connection
+from rltap_langchain._agents import AgentNamedChatOpenAI
 
 __all__ = ["episode_http_clients", "proxy_chat_model"]
 
@@ -53,7 +54,8 @@ def proxy_chat_model(
     its end. Retries are off unless `chat_kwargs` turns them on: the proxy is local, and an error
     from it (engine failure, session gone) is the episode's outcome, not a network hiccup.
     `chat_kwargs` (temperature, max_tokens, ...) are passed on, but cannot move the model off
-    the proxy: the connection's url, key and clients always win.
+    the proxy: the connection's url, key and clients always win. Each call names the agent making
+    it in the `X-Rltap-Agent` header when LangChain names one (`rltap_langchain._agents`).
     """
     options: dict[str, Any] = {"max_retries": 0, **(chat_kwargs or {})}
     options.update(
@@ -67,4 +69,4 @@ def proxy_chat_model(
         # Only streamed calls read it: their last chunk then carries the token counts.
         stream_usage=True,
     )
-    return ChatOpenAI(**options)
+    return AgentNamedChatOpenAI(**options)
