@@ -12,7 +12,7 @@ import pytest
 from rltap.cache import InteractionCache
 from rltap.canonical import tools_context
 from rltap.errors import InvalidRequest
-from rltap.links import agent_from_header, derive_agent_id
+from rltap.links import agent_from_header, agent_header_value, derive_agent_id
 from rltap.types import InteractionWithTokenLogpReward, Link, ModelResponse
 
 TOOLS = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}]
@@ -213,6 +213,22 @@ def test_an_empty_or_overlong_agent_header_is_refused(value: str) -> None:
 def test_the_agent_header_is_stripped() -> None:
     assert agent_from_header("  triage ") == "triage"
     assert agent_from_header(None) is None
+
+
+@pytest.mark.parametrize("name", ["Triage agent", "Español", "计算器", "50% off", "tab\there"])
+def test_any_agent_name_round_trips_through_the_header(name: str) -> None:
+    value = agent_header_value(name)
+    assert value is not None
+    assert value.isascii()
+    assert value.isprintable()
+    assert agent_from_header(value) == name
+
+
+def test_blank_or_overlong_names_name_nobody() -> None:
+    assert agent_header_value("  ") is None
+    assert agent_header_value("x" * 257) is None
+    with pytest.raises(InvalidRequest, match="UTF-8"):
+        agent_from_header("%ff")
 
 
 # --- rewards and exports ---------------------------------------------------------------------

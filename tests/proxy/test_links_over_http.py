@@ -11,8 +11,11 @@ import pytest
 from add_tool import ANTHROPIC_ADD_TOOL, CHAT_ADD_TOOL, QUESTION, RESPONSES_ADD_TOOL
 from clients import anthropic_client, openai_client
 
+from rltap.links import agent_header_value
+from rltap.proxy.client import interactions_from_export
 from rltap.testing.proxy import RunningProxy
 from rltap.testing.scripts import FINAL_PREFIX
+from rltap.types import Link
 
 DISCOUNT = 0.9
 
@@ -183,3 +186,30 @@ async def test_an_overlong_agent_header_is_a_400_in_each_apis_envelope(
             assert response.json()["type"] == "error"
         else:
             assert error["param"] == "X-Rltap-Agent"
+
+
+async def test_a_rebuilt_export_without_the_parent_still_names_it(proxy: RunningProxy) -> None:
+    session_id, key = await proxy.start_session()
+    client = openai_client(proxy, key)
+    messages: list[Any] = [{"role": "user", "content": "hi"}]
+    first = await client.chat.completions.create(
+        model="tiny",
+        messages=messages,
+        extra_headers={"X-Rltap-Agent": agent_header_value("Triagé")},
+    )
+    messages += [
+        first.choices[0].message.model_dump(exclude_none=True),
+        {"role": "user", "content": "on"},
+    ]
+    second = await client.chat.completions.create(
+        model="tiny", messages=messages, extra_headers={"X-Rltap-Agent": "expert"}
+    )
+    export = await end_and_export(proxy, key, session_id, agents=["expert"])
+    [rebuilt] = interactions_from_export(export).values()
+    assert (rebuilt.interaction_id, rebuilt.parent_id, rebuilt.parent) == (
+        second.id,
+        first.id,
+        None,
+    )
+    assert rebuilt.link is Link.HANDOFF
+    assert proxy.state.store.open_sessions == 0

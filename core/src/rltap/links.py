@@ -26,7 +26,7 @@ and looks at the session's complete interactions only. In order, the first rule 
 4. `root`: none of these; the call starts a conversation of its own.
 
 The agent id is the `X-Rltap-Agent` header when the client sends one (the adapters set it where
-the framework names its agents). Without one, a `prefix` or `rewrite` child keeps its parent's
+the framework names its agents; `agent_header_value` percent-encodes a name that is not ASCII). Without one, a `prefix` or `rewrite` child keeps its parent's
 agent (the same agent dropping its tools is still that agent); any other call gets an id derived
 from its system prompt and tool set (`agent-` and 12 hex digits), which tells apart two agents
 whose prompts agree but whose tools differ.
@@ -38,6 +38,7 @@ sequences join only along `prefix` links (`rltap.export`).
 from __future__ import annotations
 
 import hashlib
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -49,21 +50,37 @@ __all__ = [
     "AGENT_HEADER",
     "LinkIndex",
     "agent_from_header",
+    "agent_header_value",
     "derive_agent_id",
     "same_system_prompt",
 ]
 
 AGENT_HEADER = "x-rltap-agent"
 _AGENT_MAX_CHARS = 256
+# A header value is printable ASCII: everything else (and "%" itself) is percent-encoded UTF-8.
+_HEADER_SAFE = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) != "%")
+
+
+def agent_header_value(name: str) -> str | None:
+    """The `X-Rltap-Agent` value that names the agent `name` (any text: what a header cannot
+    carry is percent-encoded UTF-8); None for a blank or overlong name, which names nobody."""
+    name = name.strip()
+    if not name or len(name) > _AGENT_MAX_CHARS:
+        return None
+    return urllib.parse.quote(name, safe=_HEADER_SAFE)
 _SYSTEM_ROLES = frozenset({"system", "developer"})
 
 
 def agent_from_header(value: str | None) -> str | None:
-    """The agent a client names in its `X-Rltap-Agent` header (None: unnamed); a 400 for an
-    empty or overlong name."""
+    """The agent a client names in its `X-Rltap-Agent` header (None: unnamed), percent-escapes
+    decoded (`agent_header_value`); a 400 for an empty or overlong name, or bad UTF-8."""
     if value is None:
         return None
-    agent = value.strip()
+    try:
+        agent = urllib.parse.unquote(value, errors="strict").strip()
+    except UnicodeDecodeError:
+        msg = "the X-Rltap-Agent header must be percent-encoded UTF-8"
+        raise InvalidRequest(msg, param="X-Rltap-Agent") from None
     if not agent or len(agent) > _AGENT_MAX_CHARS:
         msg = f"the X-Rltap-Agent header must name an agent in 1 to {_AGENT_MAX_CHARS} characters"
         raise InvalidRequest(msg, param="X-Rltap-Agent")

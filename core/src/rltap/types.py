@@ -278,6 +278,9 @@ class InteractionWithTokenLogpReward:
     error: str | None = None
     # Set on export copies only: the whole branch (concat style) this interaction stands for.
     export_sequence: TokenSequence | None = None
+    # The parent's id where the parent itself is not at hand: an export rebuilt without it
+    # (another agent's, filtered out by `agents`).
+    detached_parent_id: str | None = None
 
     @property
     def is_complete(self) -> bool:
@@ -289,7 +292,7 @@ class InteractionWithTokenLogpReward:
 
     @property
     def parent_id(self) -> str | None:
-        return None if self.parent is None else self.parent.interaction_id
+        return self.detached_parent_id if self.parent is None else self.parent.interaction_id
 
     @property
     def token_parent(self) -> InteractionWithTokenLogpReward | None:

@@ -123,10 +123,10 @@ async def test_a_role_play_can_train_the_assistant_alone(proxy: RunningProxy) ->
 
 def ask_three(data: Any, model: ProxyModel) -> str:
     """One step each of a ChatAgent named in its system message, one with a plain-string system
-    prompt, and one whose role name no header can carry."""
+    prompt, and one whose role name is not ASCII."""
     named = BaseMessage.make_assistant_message(role_name="Calculator", content="You add.")
-    unsendable = BaseMessage.make_assistant_message(role_name="计算器", content="You subtract.")
-    for system in (named, "You multiply.", unsendable):
+    chinese = BaseMessage.make_assistant_message(role_name="计算器", content="You subtract.")
+    for system in (named, "You multiply.", chinese):
         agent = name_agents(ChatAgent(system, model=model))
         answer = agent.step(data["question"]).msgs[0].content
     return str(answer)
@@ -140,23 +140,19 @@ async def test_only_agents_camel_names_send_a_name(proxy: RunningProxy) -> None:
     result = await workflow.run_episode({"question": "2 and 2?"})
     assert result.error is None
     assert result.interactions is not None
-    named, plain, unsendable = result.interactions.values()
-    assert named.agent_id == "Calculator"
-    # No name: ids derived from the system prompt (and tools), one per agent.
+    named, plain, chinese = result.interactions.values()
+    assert (named.agent_id, chinese.agent_id) == ("Calculator", "计算器")
+    # No name: an id derived from the system prompt (and tools).
     assert plain.agent_id is not None
-    assert unsendable.agent_id is not None
     assert plain.agent_id.startswith("agent-")
-    assert unsendable.agent_id.startswith("agent-")
-    assert plain.agent_id != unsendable.agent_id
 
 
 @pytest.mark.parametrize(
     "name",
     [
         pytest.param("", id="empty"),
+        pytest.param("   ", id="blank"),
         pytest.param("x" * 257, id="overlong"),
-        pytest.param("计算器", id="not-ascii"),
-        pytest.param("Math\nTutor", id="control-character"),
     ],
 )
 async def test_a_name_no_header_can_carry_is_refused(name: str) -> None:

@@ -196,6 +196,7 @@ async def test_an_export_of_some_agents_keeps_the_whole_trees_rewards(
     (translation,) = await run_links(scripted, build_orchestrator, api, agents=[TRANSLATOR])
     # Its own subtree alone would give 0: the credit comes from the answer its result fed.
     assert (translation.link, translation.reward) == (Link.SUBAGENT, pytest.approx(DISCOUNT))
+    assert translation.parent_id is not None  # its parent was not exported, but is named
 
 
 async def test_a_filter_and_an_agent_header_of_your_own_are_kept(proxy: RunningProxy) -> None:
@@ -213,10 +214,11 @@ async def test_a_filter_and_an_agent_header_of_your_own_are_kept(proxy: RunningP
     for agent in (
         Agent(name="named", instructions="Answer.", model_settings=own_header),
         Agent(name="plain", instructions="Answer."),
+        Agent(name="Agente español", instructions="Answer."),  # percent-encoded in the header
     ):
         await Runner.run(agent, "hi", run_config=run_config)
     assert (await proxy.session_post(key, "/rl/end_session")).status_code == 200
     interactions = (await proxy.export(session_id))["interactions"]
-    assert seen == ["named", "plain"]
-    assert [item["agent_id"] for item in interactions] == ["my id", "plain"]
-    assert [item["messages"][0]["content"] for item in interactions] == ["Answer. Be brief."] * 2
+    assert seen == ["named", "plain", "Agente español"]
+    assert [item["agent_id"] for item in interactions] == ["my id", "plain", "Agente español"]
+    assert [item["messages"][0]["content"] for item in interactions] == ["Answer. Be brief."] * 3

@@ -193,6 +193,7 @@ def interactions_from_export(body: dict[str, Any]) -> dict[str, InteractionWithT
             model_response=response,
             reward=float(tensors["rewards"][0]),
             parent=rebuilt.get(item["parent_id"]) if item["parent_id"] else None,
+            detached_parent_id=item["parent_id"],
             link=Link(item["link"]) if item["link"] else None,
             agent_id=item["agent_id"],
             messages=item["messages"],

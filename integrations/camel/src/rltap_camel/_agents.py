@@ -47,8 +47,8 @@ def name_agents(target: Named) -> Named:
 
     A `RolePlaying` names its assistant, its user and a critic agent; a `ChatAgent` itself. Each
     named agent gets its own `ProxyModel.for_agent(role name)` on the same connection (other
-    backends are left alone). An agent without a role name, or with one a header cannot carry
-    (not printable ASCII, over 256 characters), sends none and the proxy derives its id.
+    backends are left alone). An agent without a role name, or with one over 256 characters,
+    sends none and the proxy derives its id.
 
     Call it before the agents' first step. RolePlaying's task-specify agent has made its call
     by the time the society is built: name it with
@@ -61,7 +61,7 @@ def name_agents(target: Named) -> Named:
             continue
         try:
             agent.model_backend = _named(agent.model_backend, name)
-        except ValueError as exc:  # a name no header can carry: the proxy derives the id
+        except ValueError as exc:  # an overlong name: the proxy derives the id
             logger.warning("agent %r sends no X-Rltap-Agent: %s", name, exc)
     return target
 

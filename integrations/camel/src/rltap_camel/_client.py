@@ -21,8 +21,7 @@ from camel.models import OpenAICompatibleModel
 from camel.utils import BaseTokenCounter
 
 from rltap.adapter import Connection
-from rltap.errors import InvalidRequest
-from rltap.links import AGENT_HEADER, agent_from_header
+from rltap.links import AGENT_HEADER, agent_header_value
 from rltap_camel._tokens import ByteTokenCounter
 
 __all__ = ["DEFAULT_CONTEXT_WINDOW", "ProxyModel"]
@@ -63,9 +62,10 @@ class _Clients:
             owns_async=async_http is None,
         )
 
-    def for_agent(self, agent: str) -> _Clients:
-        """Copies that send `X-Rltap-Agent: agent` on the same http clients (owned by `self`)."""
-        headers = {AGENT_HEADER: agent}
+    def for_agent(self, agent: str, header_value: str) -> _Clients:
+        """Copies that name `agent` in `X-Rltap-Agent` (as `header_value`, its encoding) on the
+        same http clients (owned by `self`)."""
+        headers = {AGENT_HEADER: header_value}
         return _Clients(
             sync=self.sync.with_options(default_headers=headers),
             async_=self.async_.with_options(default_headers=headers),
@@ -172,18 +172,15 @@ class ProxyModel(OpenAICompatibleModel):
         """A backend on the same connection whose calls name their agent: `X-Rltap-Agent: name`.
 
         The proxy records `name` as the agent id of every call it makes, so an export can keep
-        one agent's calls (`agents=[name]`). A `ValueError` for a name an HTTP header cannot
-        carry (empty, over 256 characters, not printable ASCII).
+        one agent's calls (`agents=[name]`). Any text is a name (what a header cannot carry is
+        percent-encoded, `rltap.links.agent_header_value`); a `ValueError` for a blank one or one
+        over 256 characters.
         """
-        if not (name.isascii() and name.isprintable()):
-            msg = f"an agent name must be printable ASCII to travel in a header, got {name!r}"
+        value = agent_header_value(name)
+        if value is None:
+            msg = f"an agent name must have 1 to 256 characters besides spaces, got {name!r}"
             raise ValueError(msg)
-        try:
-            agent = agent_from_header(name)
-        except InvalidRequest as exc:
-            raise ValueError(str(exc)) from None
-        assert agent is not None  # a str was given
-        return self._sibling(self._clients.for_agent(agent), None, {})
+        return self._sibling(self._clients.for_agent(name.strip(), value), None, {})
 
     def _sibling(
         self, clients: _Clients, stream: bool | None, config: dict[str, Any]

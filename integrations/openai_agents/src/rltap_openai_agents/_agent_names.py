@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
-from rltap.links import AGENT_HEADER
+from rltap.links import AGENT_HEADER, agent_header_value
 
 if TYPE_CHECKING:
     from agents import ModelSettings
@@ -31,22 +31,12 @@ __all__ = ["agent_naming_filter", "with_agent_header"]
 _CALLING_AGENT: ContextVar[str | None] = ContextVar("rltap_calling_agent", default=None)
 
 
-def _header_value(name: str) -> str | None:
-    """The agent name as a header value, or None where HTTP cannot carry it as is (blank, not
-    ASCII, control characters): the proxy then derives the agent's id from its prompt and tools
-    instead of the run failing on a name."""
-    name = name.strip()
-    if not name or not name.isascii() or not name.isprintable():
-        return None
-    return name
-
-
 def agent_naming_filter(user_filter: CallModelInputFilter | None = None) -> CallModelInputFilter:
     """A `call_model_input_filter` that records the calling agent's name, then applies
     `user_filter` (if any) and returns what it returns."""
 
     async def name_agent(data: CallModelData[Any]) -> ModelInputData:
-        _CALLING_AGENT.set(_header_value(data.agent.name))
+        _CALLING_AGENT.set(agent_header_value(data.agent.name))
         if user_filter is None:
             return data.model_data
         filtered = user_filter(data)
