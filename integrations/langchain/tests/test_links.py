@@ -32,7 +32,7 @@ from langgraph.runtime import Runtime
 from lc_builders import QUESTION, TOOL_RESULT, agent_input, calculator
 
 from rltap.adapter import AgentAdapter, Api
-from rltap.links import AGENT_HEADER
+from rltap.links import AGENT_HEADER, agent_from_header
 from rltap.testing import RunningProxy
 from rltap.testing.harness import ProxyFactory
 from rltap.testing.scripts import FINAL_PREFIX
@@ -259,26 +259,29 @@ async def test_trimmed_history_links_as_rewrite_to_the_reply_it_kept(proxy: Runn
 
 
 @pytest.mark.parametrize(
-    ("sync", "stream"),
+    ("sync", "stream", "name"),
     [
-        pytest.param(False, False, id="ainvoke"),
-        pytest.param(True, False, id="invoke"),
-        pytest.param(False, True, id="ainvoke-sse"),
+        pytest.param(False, False, "math", id="ainvoke"),
+        pytest.param(True, False, "math", id="invoke"),
+        # Not ASCII: it travels percent-encoded, the proxy decodes it.
+        pytest.param(False, True, "mathématiques 数学", id="ainvoke-sse-unicode"),
     ],
 )
 async def test_named_agent_names_its_calls_and_its_middleware_calls(
-    make_proxy: ProxyFactory, sync: bool, stream: bool
+    make_proxy: ProxyFactory, sync: bool, stream: bool, name: str
 ) -> None:
     proxy = await make_proxy(lookup_steps)
     adapter = LangChainAdapter(
         build_summarizing_agent, sync=sync, stream=stream, input_fn=agent_input
     )
-    items, sent = await run_rewarded(proxy, adapter, {"question": QUESTION, "name": "math"})
+    items, sent = await run_rewarded(proxy, adapter, {"question": QUESTION, "name": name})
 
-    names = ["math", "math", "math/summarization", "math", "math/summarization", "math"]
+    helper = f"{name}/summarization"
+    names = [name, name, helper, name, helper, name]
     assert [i["agent_id"] for i in items] == names
     # `invoke` sends through the adapter's own sync client, which the test does not see.
-    assert [request.headers[AGENT_HEADER] for request in sent] == ([] if sync else names)
+    headers = [request.headers[AGENT_HEADER] for request in sent]
+    assert [agent_from_header(value) for value in headers] == ([] if sync else names)
     # Each summary is a helper of another agent, made while the agent's tool call is open.
     # (The agent's own turns are not asserted here: a named create_agent stamps `name` on its
     # replies and the proxy's canonical form counts it, so they do not link yet; reported in

@@ -20,7 +20,7 @@ from langchain_core.messages import AIMessage, AIMessageChunk
 from langchain_core.runnables import RunnableConfig, ensure_config
 from langchain_openai import ChatOpenAI
 
-from rltap.links import AGENT_HEADER
+from rltap.links import AGENT_HEADER, agent_header_value
 
 __all__ = ["AgentNamedChatOpenAI", "agent_name"]
 
@@ -30,7 +30,7 @@ SOURCE_KEY = "lc_source"
 
 def agent_name(config: RunnableConfig | None, own_metadata: Mapping[str, Any] | None) -> str | None:
     """The agent of a model call run with `config`: what `on_chat_model_start` would see as
-    `lc_agent_name` (and `lc_source`), or None when no agent names it.
+    `lc_agent_name` (and `lc_source`), or None when no agent names it (or the name is blank).
 
     The run's metadata is what the parent run passes down (its callback manager's metadata),
     then the config's own, then the model's: the same merge LangChain makes for the callbacks.
@@ -46,7 +46,7 @@ def agent_name(config: RunnableConfig | None, own_metadata: Mapping[str, Any] | 
     if not isinstance(name, str) or not name.strip():
         return None
     source = metadata.get(SOURCE_KEY)
-    return f"{name}/{source}" if isinstance(source, str) and source else name
+    return f"{name.strip()}/{source}" if isinstance(source, str) and source else name
 
 
 def _names_agent(headers: Mapping[str, str] | None) -> bool:
@@ -69,9 +69,11 @@ class AgentNamedChatOpenAI(ChatOpenAI):
         if _names_agent(self.default_headers) or _names_agent(extra):
             return kwargs
         agent = agent_name(config, self.metadata)
-        if agent is None:
+        # A name a header cannot carry as is travels percent-encoded; an overlong one names nobody.
+        value = None if agent is None else agent_header_value(agent)
+        if value is None:
             return kwargs
-        return {**kwargs, "extra_headers": {**(extra or {}), AGENT_HEADER: agent}}
+        return {**kwargs, "extra_headers": {**(extra or {}), AGENT_HEADER: value}}
 
     def invoke(
         self,
