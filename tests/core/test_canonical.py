@@ -58,6 +58,11 @@ CALL = {
             id="volatile-keys-ignored",
         ),
         pytest.param(
+            {"role": "assistant", "content": None, "tool_calls": [CALL]},
+            {"role": "assistant", "content": None, "name": "math", "tool_calls": [CALL]},
+            id="the-agent-name-a-framework-stamps-on-a-reply-is-ignored",
+        ),
+        pytest.param(
             {"role": "developer", "content": "be brief"},
             {"role": "system", "content": "be brief"},
             id="developer-is-system",
@@ -102,6 +107,11 @@ def test_equivalent_serialisations_are_equal(left: dict[str, Any], right: dict[s
             {"role": "tool", "name": "add", "content": "3"},
             {"role": "tool", "name": "sub", "content": "3"},
             id="tool-name",
+        ),
+        pytest.param(
+            {"role": "user", "name": "alice", "content": "hi"},
+            {"role": "user", "name": "bob", "content": "hi"},
+            id="user-name",
         ),
     ],
 )

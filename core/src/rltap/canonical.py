@@ -8,6 +8,8 @@ same turn when their canonical forms are equal. The rules:
 - Only `role`, `name`, `content` and `tool_calls` count. Every other key (ids, `status`,
   `refusal`, `annotations`, `audio`, `reasoning_content`, `tool_call_id`, ...) is volatile or does
   not change the rendered tokens, so it is ignored. Keys whose value is None are dropped.
+- An assistant message's `name` does not count: the proxy's replies have none, and a framework
+  that names its agent stamps the name on the reply it sends back (LangChain's `create_agent`).
 - The role `developer` is the role `system`.
 - `content` is a list of parts. A string is one text part; `text`, `input_text` and `output_text`
   parts are text parts; empty text parts are dropped; so `"hi"` equals
@@ -97,7 +99,7 @@ def canonical_message(message: Mapping[str, Any]) -> bytes:
     tool_calls = message.get("tool_calls") or []
     canon = [
         role,
-        message.get("name"),
+        None if role == "assistant" else message.get("name"),
         _canonical_content(message.get("content")),
         [_canonical_tool_call(call) for call in tool_calls],
     ]

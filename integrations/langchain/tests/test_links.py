@@ -282,13 +282,24 @@ async def test_named_agent_names_its_calls_and_its_middleware_calls(
     # `invoke` sends through the adapter's own sync client, which the test does not see.
     headers = [request.headers[AGENT_HEADER] for request in sent]
     assert [agent_from_header(value) for value in headers] == ([] if sync else names)
-    # Each summary is a helper of another agent, made while the agent's tool call is open.
-    # (The agent's own turns are not asserted here: a named create_agent stamps `name` on its
-    # replies and the proxy's canonical form counts it, so they do not link yet; reported in
-    # issue 15. The unnamed test above asserts their links.)
-    _, c2, s1, c3, s2, _ = items
-    assert (s1["link"], s1["parent_id"]) == ("subagent", c2["interaction_id"])
-    assert (s2["link"], s2["parent_id"]) == ("subagent", c3["interaction_id"])
+    # A named create_agent stamps its name on the replies it sends back; they still link as the
+    # unnamed agent's do (the canonical form ignores an assistant's name), and each summary is a
+    # helper of another agent, made while the agent's tool call is open.
+    assert [i["link"] for i in items] == [
+        "root",
+        "prefix",
+        "subagent",
+        "rewrite",
+        "subagent",
+        "rewrite",
+    ]
+    assert any(m.get("name") == name for m in items[1]["messages"] if m["role"] == "assistant")
+    labels = _named(items)
+    assert [labels.get(i["parent_id"]) for i in items] == [None, "c1", "c2", "c2", "c3", "c3"]
+    rewards = {labels[i["interaction_id"]]: i["reward"] for i in items}
+    assert rewards == pytest.approx(
+        {"c1": 0.729, "c2": 0.81, "s1": 0.81, "c3": 0.9, "s2": 0.9, "c4": 1.0}
+    )
 
 
 async def test_an_agent_header_the_user_sets_wins(proxy: RunningProxy) -> None:
