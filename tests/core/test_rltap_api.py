@@ -11,6 +11,7 @@ EXPECTED_ALL = [
     "InteractionCache",
     "InteractionStatus",
     "InteractionWithTokenLogpReward",
+    "Link",
     "LogprobConvention",
     "ModelRequest",
     "ModelResponse",

@@ -15,6 +15,7 @@ from rltap.export import concat_padded_tensors
 from rltap.types import (
     InteractionStatus,
     InteractionWithTokenLogpReward,
+    Link,
     LogprobConvention,
     ModelRequest,
     ModelResponse,
@@ -40,6 +41,7 @@ __all__ = [
     "InteractionCache",
     "InteractionStatus",
     "InteractionWithTokenLogpReward",
+    "Link",
     "LogprobConvention",
     "ModelRequest",
     "ModelResponse",

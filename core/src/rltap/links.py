@@ -26,12 +26,14 @@ and looks at the session's complete interactions only. In order, the first rule 
 4. `root`: none of these; the call starts a conversation of its own.
 
 The agent id is the `X-Rltap-Agent` header when the client sends one (the adapters set it where
-the framework names its agents; `agent_header_value` percent-encodes a name that is not ASCII). Without one, a `prefix` or `rewrite` child keeps its parent's
-agent (the same agent dropping its tools is still that agent); any other call gets an id derived
-from its system prompt and tool set (`agent-` and 12 hex digits), which tells apart two agents
-whose prompts agree but whose tools differ.
+the framework names its agents; `agent_header_value` percent-encodes a name that is not ASCII).
+Without one, a `prefix` or `rewrite` child keeps its parent's agent (the same agent dropping its
+tools is still that agent); any other call gets an id derived from its system prompt and tool set
+(`agent-` and 12 hex digits), which tells apart two agents whose prompts agree but whose tools
+differ.
 
-Rewards flow along every link kind (`rltap.rewards`, each kind with its own factor); token
+Rewards flow along every link kind (`rltap.rewards`: each kind with its own factor, and a
+sub-agent credited from the continuation its answer feeds); token
 sequences join only along `prefix` links (`rltap.export`).
 """
 
@@ -68,6 +70,8 @@ def agent_header_value(name: str) -> str | None:
     if not name or len(name) > _AGENT_MAX_CHARS:
         return None
     return urllib.parse.quote(name, safe=_HEADER_SAFE)
+
+
 _SYSTEM_ROLES = frozenset({"system", "developer"})
 
 
