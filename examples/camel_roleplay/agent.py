@@ -21,7 +21,7 @@ from typing import Any
 from camel.societies import RolePlaying
 from camel.toolkits import FunctionTool
 
-from rltap_camel import CamelAdapter, ProxyModel
+from rltap_camel import CamelAdapter, ProxyModel, name_agents
 
 FINAL = "Final answer:"
 # Budgets: each turn pair is 2-3 calls on ever longer prompts (three agents' system prompts); on
@@ -83,17 +83,25 @@ class Agent(CamelAdapter):
         # A plain def: RolePlaying(...) runs the task-specify agent synchronously, so the adapter
         # runs this in a thread of its own, off the event loop the in-process proxy serves on.
         # Every agent runs on the policy behind the proxy; with_config shares the clients.
+        # name_agents makes each role send its name (X-Rltap-Agent), so the export's agent ids
+        # are "Math Tutor" and "Student" and `rltap rollout --agents "Math Tutor"` trains the
+        # tutor alone; the task-specify agent calls before that, with a backend named here.
         short = model.with_config(max_tokens=TURN_TOKENS)
-        society = RolePlaying(
-            assistant_role_name="Math Tutor",
-            user_role_name="Student",
-            task_prompt=data["task"],
-            assistant_agent_kwargs={
-                "model": model.with_config(max_tokens=ANSWER_TOKENS),
-                "tools": [FunctionTool(calculate)],
-            },
-            user_agent_kwargs={"model": short},
-            task_specify_agent_kwargs={"model": short, "word_limit": 40},
+        society = name_agents(
+            RolePlaying(
+                assistant_role_name="Math Tutor",
+                user_role_name="Student",
+                task_prompt=data["task"],
+                assistant_agent_kwargs={
+                    "model": model.with_config(max_tokens=ANSWER_TOKENS),
+                    "tools": [FunctionTool(calculate)],
+                },
+                user_agent_kwargs={"model": short},
+                task_specify_agent_kwargs={
+                    "model": short.for_agent("Task Specifier"),
+                    "word_limit": 40,
+                },
+            )
         )
         message = society.init_chat()
         answer = ""
