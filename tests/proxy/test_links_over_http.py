@@ -35,6 +35,27 @@ async def reward_last(proxy: RunningProxy, key: str) -> None:
     assert response.status_code == 200, response.text
 
 
+async def two_named_turns(
+    proxy: RunningProxy, key: str, first_agent: str, second_agent: str
+) -> tuple[Any, Any]:
+    """Two chat turns of one conversation, each named by its agent (the second: a handoff)."""
+    client = openai_client(proxy, key)
+    messages: list[Any] = [{"role": "user", "content": "hi"}]
+    turns = []
+    for agent in (first_agent, second_agent):
+        completion = await client.chat.completions.create(
+            model="tiny",
+            messages=messages,
+            extra_headers={"X-Rltap-Agent": agent_header_value(agent)},
+        )
+        turns.append(completion)
+        messages += [
+            completion.choices[0].message.model_dump(exclude_none=True),
+            {"role": "user", "content": "go on"},
+        ]
+    return turns[0], turns[1]
+
+
 def assert_final_call_is_a_rewrite(export: dict[str, Any], first_id: str, last_id: str) -> None:
     items = by_id(export)
     first, last = items[first_id], items[last_id]
@@ -127,16 +148,7 @@ async def test_named_agents_handoff_and_the_export_keeps_the_ones_asked_for(
     proxy: RunningProxy,
 ) -> None:
     session_id, key = await proxy.start_session()
-    client = openai_client(proxy, key)
-    messages: list[Any] = [{"role": "user", "content": "hi"}]
-    triage = await client.chat.completions.create(
-        model="tiny", messages=messages, extra_headers={"X-Rltap-Agent": "triage"}
-    )
-    messages += [triage.choices[0].message.model_dump(exclude_none=True)]
-    messages += [{"role": "user", "content": "go on"}]
-    answer = await client.chat.completions.create(
-        model="tiny", messages=messages, extra_headers={"X-Rltap-Agent": "expert"}
-    )
+    triage, answer = await two_named_turns(proxy, key, "triage", "expert")
     await reward_last(proxy, key)
     response = await proxy.session_post(key, "/rl/end_session")
     assert response.status_code == 200, response.text
@@ -190,20 +202,7 @@ async def test_an_overlong_agent_header_is_a_400_in_each_apis_envelope(
 
 async def test_a_rebuilt_export_without_the_parent_still_names_it(proxy: RunningProxy) -> None:
     session_id, key = await proxy.start_session()
-    client = openai_client(proxy, key)
-    messages: list[Any] = [{"role": "user", "content": "hi"}]
-    first = await client.chat.completions.create(
-        model="tiny",
-        messages=messages,
-        extra_headers={"X-Rltap-Agent": agent_header_value("Triagé")},
-    )
-    messages += [
-        first.choices[0].message.model_dump(exclude_none=True),
-        {"role": "user", "content": "on"},
-    ]
-    second = await client.chat.completions.create(
-        model="tiny", messages=messages, extra_headers={"X-Rltap-Agent": "expert"}
-    )
+    first, second = await two_named_turns(proxy, key, "Triagé", "expert")
     export = await end_and_export(proxy, key, session_id, agents=["expert"])
     [rebuilt] = interactions_from_export(export).values()
     assert (rebuilt.interaction_id, rebuilt.parent_id, rebuilt.parent) == (

@@ -20,7 +20,12 @@ import threading
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
-from rltap.canonical import context_hash, extend_chain
+from rltap.canonical import (
+    canonical_message,
+    context_hash,
+    extend_chain,
+    extend_chain_canonical,
+)
 from rltap.errors import Conflict, InteractionNotFound
 from rltap.export import ExportStyle, export_interactions
 from rltap.links import LinkIndex, derive_agent_id, same_system_prompt
@@ -189,12 +194,14 @@ class InteractionCache(Mapping[str, InteractionWithTokenLogpReward]):
     def _index(self, interaction: InteractionWithTokenLogpReward) -> None:
         interaction_id = interaction.interaction_id
         outputs = interaction.output_message_list or []
-        hashes = extend_chain(self._input_hash[interaction_id], outputs)
+        # Canonical once: the chain hash of the whole conversation and the reply index share it.
+        canonicals = [canonical_message(message) for message in outputs]
+        hashes = extend_chain_canonical(self._input_hash[interaction_id], canonicals)
         full_hash = hashes[-1] if hashes else self._input_hash[interaction_id]
         current = self._prefix_index.get(full_hash)
         if current is None or self._order[current] < self._order[interaction_id]:
             self._prefix_index[full_hash] = interaction_id
-        self._links.completed(interaction)
+        self._links.completed(interaction, canonicals)
         self._last_completed = interaction_id
 
     def complete(

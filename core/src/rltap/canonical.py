@@ -37,6 +37,7 @@ __all__ = [
     "chain_hashes",
     "context_hash",
     "extend_chain",
+    "extend_chain_canonical",
     "tools_context",
 ]
 
@@ -121,9 +122,9 @@ def _raw_tool_call(call: Mapping[str, Any]) -> list[Any]:
     return [function.get("name"), arguments if isinstance(arguments, str) else repr(arguments)]
 
 
-def _step(previous: bytes, message: Mapping[str, Any]) -> bytes:
+def _step(previous: bytes, canonical: bytes) -> bytes:
     h = hashlib.blake2b(previous, digest_size=_DIGEST_SIZE)
-    h.update(canonical_message(message))
+    h.update(canonical)
     return h.digest()
 
 
@@ -148,8 +149,13 @@ def chain_hashes(messages: Sequence[Mapping[str, Any]], root: bytes = ROOT_HASH)
 
 def extend_chain(previous: bytes, messages: Iterable[Mapping[str, Any]]) -> list[bytes]:
     """Continue a hash chain ending in `previous` over more messages."""
+    return extend_chain_canonical(previous, (canonical_message(m) for m in messages))
+
+
+def extend_chain_canonical(previous: bytes, canonicals: Iterable[bytes]) -> list[bytes]:
+    """`extend_chain` over messages already in canonical form (`canonical_message`)."""
     hashes: list[bytes] = []
-    for message in messages:
-        previous = _step(previous, message)
+    for canonical in canonicals:
+        previous = _step(previous, canonical)
         hashes.append(previous)
     return hashes

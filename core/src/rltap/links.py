@@ -54,6 +54,7 @@ __all__ = [
     "agent_from_header",
     "agent_header_value",
     "derive_agent_id",
+    "names_agent",
     "same_system_prompt",
 ]
 
@@ -73,6 +74,11 @@ def agent_header_value(name: str) -> str | None:
 
 
 _SYSTEM_ROLES = frozenset({"system", "developer"})
+
+
+def names_agent(headers: Mapping[str, Any] | None) -> bool:
+    """Whether `headers` name an agent already: an adapter leaves a user's own header alone."""
+    return any(key.lower() == AGENT_HEADER for key in headers or {})
 
 
 def agent_from_header(value: str | None) -> str | None:
@@ -114,8 +120,8 @@ def derive_agent_id(messages: Sequence[Mapping[str, Any]], context: bytes | None
     return f"agent-{digest.hexdigest()}"
 
 
-def _reply_key(message: Mapping[str, Any]) -> bytes:
-    return hashlib.blake2b(canonical_message(message), digest_size=16).digest()
+def _reply_key(canonical: bytes) -> bytes:
+    return hashlib.blake2b(canonical, digest_size=16).digest()
 
 
 class LinkIndex:
@@ -129,12 +135,16 @@ class LinkIndex:
         # Interactions whose tool calls nothing has continued yet, in the order they completed.
         self._open: dict[str, None] = {}
 
-    def completed(self, interaction: InteractionWithTokenLogpReward) -> None:
-        """Index a complete interaction's reply (the last one completed wins a tie)."""
+    def completed(
+        self, interaction: InteractionWithTokenLogpReward, canonicals: Sequence[bytes]
+    ) -> None:
+        """Index a complete interaction's reply (the last one completed wins a tie);
+        `canonicals` are its output messages' `canonical_message`s."""
         interaction_id = interaction.interaction_id
-        for message in interaction.output_message_list or []:
+        outputs = interaction.output_message_list or []
+        for message, canonical in zip(outputs, canonicals, strict=True):
             if message.get("role") == "assistant":
-                self._replies[_reply_key(message)] = interaction_id
+                self._replies[_reply_key(canonical)] = interaction_id
                 if message.get("tool_calls"):
                     self._open[interaction_id] = None
 
@@ -147,7 +157,7 @@ class LinkIndex:
         for message in reversed(messages):
             if message.get("role") != "assistant":
                 continue
-            interaction_id = self._replies.get(_reply_key(message))
+            interaction_id = self._replies.get(_reply_key(canonical_message(message)))
             if interaction_id is not None:
                 return interaction_id
         return None

@@ -38,6 +38,9 @@ from rltap.testing.harness import ProxyFactory
 from rltap.testing.scripts import FINAL_PREFIX
 from rltap_langchain import LangChainAdapter
 
+# c1..c4 are the agent's calls, s1 and s2 the middleware's summaries: c1 root, c2 prefix of c1,
+# s1 subagent of c2, c3 rewrite of c2, s2 subagent of c3, c4 rewrite of c3.
+SUMMARIZED_LINKS = ["root", "prefix", "subagent", "rewrite", "subagent", "rewrite"]
 DISCOUNT = 0.9
 STEPS = 3
 SUMMARY = "Summary: the user wants the facts; the first ones are known."
@@ -191,14 +194,7 @@ async def test_summarized_history_links_as_rewrite_and_summaries_as_subagents(
     # c1..c4 are the agent's calls, s1 and s2 the middleware's summaries (no tools, one user
     # message), each made before the next agent call, while the last tool call is still open.
     c1, _, s1, c3, s2, c4 = items
-    assert [i["link"] for i in items] == [
-        "root",
-        "prefix",
-        "subagent",
-        "rewrite",
-        "subagent",
-        "rewrite",
-    ]
+    assert [i["link"] for i in items] == SUMMARIZED_LINKS
     names = _named(items)
     assert [names.get(i["parent_id"]) for i in items] == [None, "c1", "c2", "c2", "c3", "c3"]
     for summary in (s1, s2):
@@ -285,14 +281,7 @@ async def test_named_agent_names_its_calls_and_its_middleware_calls(
     # A named create_agent stamps its name on the replies it sends back; they still link as the
     # unnamed agent's do (the canonical form ignores an assistant's name), and each summary is a
     # helper of another agent, made while the agent's tool call is open.
-    assert [i["link"] for i in items] == [
-        "root",
-        "prefix",
-        "subagent",
-        "rewrite",
-        "subagent",
-        "rewrite",
-    ]
+    assert [i["link"] for i in items] == SUMMARIZED_LINKS
     assert any(m.get("name") == name for m in items[1]["messages"] if m["role"] == "assistant")
     labels = _named(items)
     assert [labels.get(i["parent_id"]) for i in items] == [None, "c1", "c2", "c2", "c3", "c3"]

@@ -145,8 +145,7 @@ async def export_trajectories(request: Request, body: ExportRequest) -> Response
         raise InvalidRequest(msg, param="wait_timeout")
     record = state.store.get(body.session_id)
     await _wait_until_done(record, timeout)
-    check_link_factors(body.link_factors)  # before the session is freed: a 400 keeps it
-    exported = export_body(record, body)
+    exported = export_body(record, body)  # a 400 here (a bad link factor) keeps the session
     state.store.free(record)
     state.metrics.open_sessions.set(state.store.open_sessions)
     return json_response(exported)
@@ -221,11 +220,12 @@ def _encode(node: InteractionWithTokenLogpReward) -> dict[str, Any]:
 def export_body(record: SessionRecord, request: ExportRequest) -> dict[str, Any]:
     """The export of one session: every exported interaction with its tensors, and what failed."""
     cache = record.session.cache
+    factors = check_link_factors(request.link_factors)
     exported = cache.export_interactions(
         style=request.style,
         reward_discount=request.discount,
         aggregate=request.aggregate,
-        link_factors=request.link_factors,
+        link_factors=factors,
         agents=request.agents,
     )
     not_exported = [
@@ -239,7 +239,7 @@ def export_body(record: SessionRecord, request: ExportRequest) -> dict[str, Any]
         "state": record.state.value,
         "style": request.style,
         "discount": request.discount,
-        "link_factors": check_link_factors(request.link_factors),
+        "link_factors": factors,
         "interactions": [_encode(node) for node in exported.values()],
         "not_exported": not_exported,
     }

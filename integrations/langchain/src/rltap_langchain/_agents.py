@@ -20,7 +20,7 @@ from langchain_core.messages import AIMessage, AIMessageChunk
 from langchain_core.runnables import RunnableConfig, ensure_config
 from langchain_openai import ChatOpenAI
 
-from rltap.links import AGENT_HEADER, agent_header_value
+from rltap.links import AGENT_HEADER, agent_header_value, names_agent
 
 __all__ = ["AgentNamedChatOpenAI", "agent_name"]
 
@@ -49,10 +49,6 @@ def agent_name(config: RunnableConfig | None, own_metadata: Mapping[str, Any] | 
     return f"{name.strip()}/{source}" if isinstance(source, str) and source else name
 
 
-def _names_agent(headers: Mapping[str, str] | None) -> bool:
-    return any(key.lower() == AGENT_HEADER for key in headers or {})
-
-
 class AgentNamedChatOpenAI(ChatOpenAI):
     """`ChatOpenAI` that names, per call, the LangChain agent making it (`X-Rltap-Agent`).
 
@@ -66,7 +62,7 @@ class AgentNamedChatOpenAI(ChatOpenAI):
         self, config: RunnableConfig | None, kwargs: dict[str, Any]
     ) -> dict[str, Any]:
         extra: Mapping[str, str] | None = kwargs.get("extra_headers")
-        if _names_agent(self.default_headers) or _names_agent(extra):
+        if names_agent(self.default_headers) or names_agent(extra):
             return kwargs
         agent = agent_name(config, self.metadata)
         # A name a header cannot carry as is travels percent-encoded; an overlong one names nobody.

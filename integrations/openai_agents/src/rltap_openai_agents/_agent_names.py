@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
-from rltap.links import AGENT_HEADER, agent_header_value
+from rltap.links import AGENT_HEADER, agent_header_value, names_agent
 
 if TYPE_CHECKING:
     from agents import ModelSettings
@@ -50,6 +50,6 @@ def with_agent_header(model_settings: ModelSettings) -> ModelSettings:
     name the settings already carry (the user's own) is kept."""
     agent = _CALLING_AGENT.get()
     headers: Mapping[str, Any] = model_settings.extra_headers or {}
-    if agent is None or any(key.lower() == AGENT_HEADER for key in headers):
+    if agent is None or names_agent(headers):
         return model_settings
     return dataclasses.replace(model_settings, extra_headers={**headers, AGENT_HEADER: agent})
