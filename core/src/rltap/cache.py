@@ -93,10 +93,7 @@ class InteractionCache(Mapping[str, InteractionWithTokenLogpReward]):
     ) -> InteractionWithTokenLogpReward | None:
         """The complete interaction this conversation continues by a `prefix` link, or None."""
         with self._lock:
-            parent = self._resolve(messages, context_hash(context))[0]
-        if parent is None or agent not in (None, parent.agent_id):
-            return None
-        return parent
+            return _by_agent(self._resolve(messages, context_hash(context))[0], agent)
 
     def _resolve(
         self, messages: Sequence[Mapping[str, Any]], root: bytes
@@ -148,6 +145,7 @@ class InteractionCache(Mapping[str, InteractionWithTokenLogpReward]):
                 raise Conflict(msg)
             prefix_parent, input_hash = self._resolve(interaction.messages, root)
             if interaction.parent is None:
+                prefix_parent = _by_agent(prefix_parent, agent)
                 parent, link, derived = self._link(interaction, prefix_parent, context, agent)
                 interaction.parent, interaction.link = parent, link
             else:
@@ -167,13 +165,13 @@ class InteractionCache(Mapping[str, InteractionWithTokenLogpReward]):
     def _link(
         self,
         interaction: InteractionWithTokenLogpReward,
-        prefix_parent: InteractionWithTokenLogpReward | None,
+        prefix_parent: InteractionWithTokenLogpReward | None,  # of the same agent
         context: bytes | None,
         agent: str | None,
     ) -> tuple[InteractionWithTokenLogpReward | None, Link, str | None]:
         """Parent, link kind and (unless the client names it) the agent: `rltap.links`' rules."""
         messages = interaction.messages
-        if prefix_parent is not None and agent in (None, prefix_parent.agent_id):
+        if prefix_parent is not None:
             return prefix_parent, Link.PREFIX, prefix_parent.agent_id
         replied = self._links.latest_reply(messages)
         if replied is not None:
@@ -320,3 +318,10 @@ class InteractionCache(Mapping[str, InteractionWithTokenLogpReward]):
                 factors if link_factors is None else link_factors,
             )
             return export_interactions(complete, rewards, style, agents)
+
+
+def _by_agent(
+    parent: InteractionWithTokenLogpReward | None, agent: str | None
+) -> InteractionWithTokenLogpReward | None:
+    """A prefix parent, if the call is the same agent's (always, when it names none)."""
+    return parent if parent is not None and agent in (None, parent.agent_id) else None
