@@ -18,6 +18,7 @@ SOURCE = Path(rltap.__file__).parent
 # The entry points above the proxy, which run it or talk to it.
 PROXY_USERS = {
     "rltap",
+    "rltap.areal.proxy.client_session",
     "rltap.cli",
     "rltap.demo",
     "rltap.rollout",

@@ -43,7 +43,7 @@ def test_the_seed_names_import_from_the_package() -> None:
         OpenAIProxyWorkflow,
     )
 
-    assert ArealOpenAI.__name__ == "DirectOpenAI"
+    assert ArealOpenAI.__module__ == "rltap.areal.client"  # AReaL's contract, as rltap.areal's
     assert InteractionWithTokenLogpReward.__module__ == "rltap.types"
     assert OpenAIProxyClient.__module__ == "rltap.proxy.client"
     assert OpenAIProxyWorkflow.__module__ == "rltap.workflow"

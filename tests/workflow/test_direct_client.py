@@ -1,4 +1,4 @@
-"""The direct client (the seed's ArealOpenAI): SDK calls recorded in process, no HTTP server."""
+"""The direct client (DirectOpenAI): SDK calls recorded in process, no HTTP server."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import openai
 import pytest
 import torch
 
-from rltap import ArealOpenAI
+from rltap import DirectOpenAI
 from rltap.chat.renderer import ChatRenderer
 from rltap.engines.scripted import ScriptedEngine
 
@@ -24,13 +24,13 @@ async def engine(scripted_engine: Callable[..., ScriptedEngine]) -> AsyncIterato
 
 
 @pytest.fixture
-async def client(engine: ScriptedEngine, renderer: ChatRenderer) -> AsyncIterator[ArealOpenAI]:
-    client = ArealOpenAI(engine=engine, tokenizer=renderer.tokenizer)
+async def client(engine: ScriptedEngine, renderer: ChatRenderer) -> AsyncIterator[DirectOpenAI]:
+    client = DirectOpenAI(engine=engine, tokenizer=renderer.tokenizer)
     yield client
     await client.close()
 
 
-async def chat(client: ArealOpenAI, messages: list[Any], *, stream: bool) -> tuple[str, str]:
+async def chat(client: DirectOpenAI, messages: list[Any], *, stream: bool) -> tuple[str, str]:
     """One chat completion; returns (id, reply text)."""
     if not stream:
         completion = await client.chat.completions.create(model="tiny", messages=messages)
@@ -45,7 +45,7 @@ async def chat(client: ArealOpenAI, messages: list[Any], *, stream: bool) -> tup
     return completion_id, text
 
 
-async def respond(client: ArealOpenAI, *, stream: bool, **request: Any) -> tuple[str, str]:
+async def respond(client: DirectOpenAI, *, stream: bool, **request: Any) -> tuple[str, str]:
     """One Responses API call; returns (id, output text)."""
     if not stream:
         response = await client.responses.create(model="tiny", **request)
@@ -58,7 +58,7 @@ async def respond(client: ArealOpenAI, *, stream: bool, **request: Any) -> tuple
 
 @pytest.mark.parametrize("stream", STREAMING)
 async def test_chat_turns_are_recorded_as_a_chain_and_discounted(
-    client: ArealOpenAI, stream: bool
+    client: DirectOpenAI, stream: bool
 ) -> None:
     messages: list[Any] = []
     ids = []
@@ -93,7 +93,7 @@ async def test_chat_turns_are_recorded_as_a_chain_and_discounted(
 
 @pytest.mark.parametrize("stream", STREAMING)
 async def test_responses_are_recorded_with_parents_and_rewards(
-    client: ArealOpenAI, stream: bool
+    client: DirectOpenAI, stream: bool
 ) -> None:
     first_id, first_text = await respond(client, stream=stream, input="hello")
     second_id, second_text = await respond(
@@ -116,7 +116,7 @@ async def test_responses_are_recorded_with_parents_and_rewards(
 
 
 async def test_recorded_tokens_and_logprobs_are_the_engines(
-    client: ArealOpenAI, engine: ScriptedEngine, tiny_model: Any, renderer: ChatRenderer
+    client: DirectOpenAI, engine: ScriptedEngine, tiny_model: Any, renderer: ChatRenderer
 ) -> None:
     chat_id, chat_text = await chat(client, [{"role": "user", "content": "hi"}], stream=True)
     engine.set_version(3)
@@ -145,7 +145,7 @@ async def test_the_direct_clients_config_cuts_max_tokens_and_refuses_images(
 ) -> None:
     image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
     messages: Any = [{"role": "user", "content": [{"type": "text", "text": "hi"}, image]}]
-    client = ArealOpenAI(engine=engine, tokenizer=renderer.tokenizer, max_context=256)
+    client = DirectOpenAI(engine=engine, tokenizer=renderer.tokenizer, max_context=256)
     with pytest.raises(openai.BadRequestError) as info:
         await client.chat.completions.create(model="tiny", messages=messages)
     assert "'image_url' at messages[0].content[1]" in info.value.message
@@ -158,7 +158,7 @@ async def test_the_direct_clients_config_cuts_max_tokens_and_refuses_images(
         await client.post("/chat/completions/extra", cast_to=object, body={})
     await client.close()
 
-    lenient = ArealOpenAI(
+    lenient = DirectOpenAI(
         engine=engine,
         tokenizer=renderer.tokenizer,
         max_context=256,
@@ -179,7 +179,7 @@ async def test_the_direct_clients_config_cuts_max_tokens_and_refuses_images(
 
 
 async def test_agents_named_by_header_are_recorded_and_exported_by_agent(
-    client: ArealOpenAI,
+    client: DirectOpenAI,
 ) -> None:
     first = await client.chat.completions.create(
         model="tiny",

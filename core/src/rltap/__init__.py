@@ -1,8 +1,9 @@
 """rltap: token-level capture of agent LLM calls for agentic reinforcement learning.
 
-The seed's names are importable from here: `ArealOpenAI`, `InteractionWithTokenLogpReward`,
-`OpenAIProxyClient`, `OpenAIProxyWorkflow`. Names whose modules pull in the HTTP stack are
-imported on first use, so `import rltap` stays light.
+The seed's names are importable from here: `ArealOpenAI` (AReaL's client, `rltap.areal`'s),
+`InteractionWithTokenLogpReward`, and rltap's own `OpenAIProxyClient` and `OpenAIProxyWorkflow`
+(keyword arguments, tree discount; `rltap.areal` has them with AReaL's signatures). Names whose
+modules pull in the HTTP stack are imported on first use, so `import rltap` stays light.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from rltap.types import (
 )
 
 if TYPE_CHECKING:
-    from rltap.client import ArealOpenAI, DirectOpenAI
+    from rltap.areal.client import ArealOpenAI
+    from rltap.client import DirectOpenAI
     from rltap.proxy import OpenAIProxyClient
     from rltap.workflow import (
         GroupedRolloutWorkflow,
@@ -56,7 +58,7 @@ __all__ = [
 ]
 
 _LAZY = {
-    "ArealOpenAI": "rltap.client",
+    "ArealOpenAI": "rltap.areal.client",
     "DirectOpenAI": "rltap.client",
     "OpenAIProxyClient": "rltap.proxy",
     "GroupedRolloutWorkflow": "rltap.workflow",

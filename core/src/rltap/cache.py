@@ -80,8 +80,14 @@ class InteractionCache(Mapping[str, InteractionWithTokenLogpReward]):
         return self._items.get(interaction_id, default)
 
     def __setitem__(self, interaction_id: str, interaction: InteractionWithTokenLogpReward) -> None:
-        """The seed's way to record an interaction: `cache[id] = interaction`."""
+        """The seed's way to record an interaction: `cache[id] = interaction`. One that carries
+        its reply (`model_response` and `output_message_list`) is stored complete."""
         interaction.interaction_id = interaction_id
+        replied = (
+            interaction.model_response is not None and interaction.output_message_list is not None
+        )
+        if replied and interaction.status is InteractionStatus.IN_FLIGHT:
+            interaction.status = InteractionStatus.COMPLETE
         self.add(interaction)
 
     # Tree ---------------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 `chat.completions.create` and `responses.create` (streaming too) go through an in-process
 transport into the same `Session` code the proxy runs, so a call recorded here is recorded exactly
-as the proxy would record it. This is the seed's `ArealOpenAI`; `DirectOpenAI` is its primary name.
+as the proxy would record it. AReaL's `ArealOpenAI` (`rltap.areal`) is this client with AReaL's
+constructor, defaults and reward contract.
 
 Usage:
     client = DirectOpenAI(engine=engine, tokenizer="/models/qwen", tool_call_parser="hermes")
@@ -23,6 +24,7 @@ from typing import Any
 import openai
 import orjson
 
+from rltap.cache import InteractionCache
 from rltap.chat.renderer import ChatRenderer
 from rltap.chat.streaming import build_output_parser
 from rltap.engines.base import InferenceEngine
@@ -36,7 +38,11 @@ from rltap.rewards import Aggregate, LinkFactors
 from rltap.session import Session, SessionConfig
 from rltap.types import InteractionWithTokenLogpReward
 
-__all__ = ["ArealOpenAI", "DirectOpenAI", "DirectTransport"]
+__all__ = ["RLTAP_ERROR", "DirectOpenAI", "DirectTransport"]
+
+# The error response's `extensions` key holding the RltapError it stands for, so code above the
+# SDK can raise the error itself (`rltap.areal` raises AReaL's exception types this way).
+RLTAP_ERROR = "rltap_error"
 
 
 def _sdk_http() -> ModuleType:
@@ -84,7 +90,10 @@ class DirectTransport(_http.AsyncBaseTransport):  # type: ignore[misc,name-defin
             result = await reply(self.session, canonical)
         except RltapError as exc:
             error = spec.error_body(exc)
-            return _http.Response(exc.status_code, json=error, request=request)
+            extensions = {RLTAP_ERROR: exc}
+            return _http.Response(
+                exc.status_code, json=error, request=request, extensions=extensions
+            )
         if isinstance(result, JsonReply):
             content = orjson.dumps(result.body)
             headers = {"content-type": "application/json"}
@@ -99,7 +108,8 @@ class DirectOpenAI(openai.AsyncOpenAI):
     `tokenizer` is a tokenizer folder or a loaded Hugging Face tokenizer with a chat template.
     `chat_template_type` is "concat" (token-in, token-out; default) or "hf". `strict_max_tokens`
     and `drop_unsupported_content` are `rltap serve`'s `--strict-max-tokens` and
-    `--drop-unsupported-content` (see `SessionConfig`).
+    `--drop-unsupported-content` (see `SessionConfig`). `cache` is the session's interaction
+    cache (a fresh `InteractionCache` by default).
     """
 
     def __init__(
@@ -114,6 +124,7 @@ class DirectOpenAI(openai.AsyncOpenAI):
         default_max_tokens: int = 4096,
         strict_max_tokens: bool = False,
         drop_unsupported_content: bool = False,
+        cache: InteractionCache | None = None,
         **openai_kwargs: Any,
     ) -> None:
         if isinstance(tokenizer, str | Path):
@@ -127,7 +138,7 @@ class DirectOpenAI(openai.AsyncOpenAI):
             strict_max_tokens=strict_max_tokens,
             drop_unsupported_content=drop_unsupported_content,
         )
-        self.session = Session(engine, renderer, config)
+        self.session = Session(engine, renderer, config, cache=cache)
         transport = DirectTransport(self.session)
         openai_kwargs.setdefault("api_key", "rltap-direct")
         openai_kwargs.setdefault("base_url", "http://rltap.direct/v1")
@@ -168,6 +179,3 @@ class DirectOpenAI(openai.AsyncOpenAI):
         return self.session.cache.export_interactions(
             style, reward_discount, link_factors=link_factors, agents=agents
         )
-
-
-ArealOpenAI = DirectOpenAI

@@ -1,15 +1,17 @@
 """rltap's exception hierarchy, the one place that knows each HTTP status.
 
-Code raises these; the proxy turns them into the OpenAI or Anthropic error envelope.
+Code raises these; the proxy turns them into the OpenAI or Anthropic error envelope. Where
+AReaL raises a builtin for the same mistake, the rltap error is that builtin too, so code written
+for AReaL catches it: every `InvalidRequest` is a `ValueError`, `InteractionNotFound` a `KeyError`.
 
     RltapError (500)
-    ├── InvalidRequest (400)
+    ├── InvalidRequest (400, ValueError)
     │   ├── ContextLengthExceeded (400, code context_length_exceeded)
     │   └── InvalidReward (400)
     ├── AuthenticationError (401)
     ├── PermissionDenied (403)
     ├── NotFound (404)
-    │   ├── InteractionNotFound (404)
+    │   ├── InteractionNotFound (404, KeyError)
     │   └── ThreadNotFound (404: an Anthropic `thread` continues a message the session lacks)
     ├── Conflict (409)
     │   └── ExportMismatch (409: a child's prompt does not extend its parent's tokens)
@@ -61,8 +63,11 @@ class RltapError(Exception):
         self.message = message
         self.param = param
 
+    def __str__(self) -> str:
+        return self.message  # not KeyError's repr() of it
 
-class InvalidRequest(RltapError):
+
+class InvalidRequest(RltapError, ValueError):
     status_code = 400
     error_type = "invalid_request_error"
 
@@ -91,7 +96,7 @@ class NotFound(RltapError):
     error_type = "not_found_error"
 
 
-class InteractionNotFound(NotFound):
+class InteractionNotFound(NotFound, KeyError):
     code = "interaction_not_found"
 
 

@@ -31,7 +31,7 @@ import httpx
 from rltap.errors import RltapError
 from rltap.export import ExportStyle, concat_padded_tensors
 from rltap.proxy import OpenAIProxyClient
-from rltap.rewards import Aggregate, LinkFactors, check_link_factors
+from rltap.rewards import Aggregate, DiscountMode, LinkFactors, check_link_factors
 from rltap.subproc import AgentPool, EpisodeFailed
 from rltap.types import InteractionWithTokenLogpReward
 
@@ -83,7 +83,8 @@ class OpenAIProxyWorkflow(RolloutWorkflow):
     What run() returns becomes the reward: a number rewards the last completed reply, a dict
     {interaction_id: reward} rewards those replies, None assigns nothing (discounting then gives
     zeros). An agent that raises, dies or times out rejects its episode (None); `failures`
-    counts them.
+    counts them. `discount_mode` is "tree" (along the conversation tree) or "chain" (insertion
+    order, AReaL's numbers; `rltap.rewards`).
     """
 
     def __init__(
@@ -96,6 +97,7 @@ class OpenAIProxyWorkflow(RolloutWorkflow):
         discount: float = 1.0,
         style: ExportStyle = "individual",
         aggregate: Aggregate = "mean",
+        discount_mode: DiscountMode = "tree",
         link_factors: LinkFactors | None = None,
         agents: Sequence[str] | None = None,
         return_tensors: bool = False,
@@ -124,6 +126,7 @@ class OpenAIProxyWorkflow(RolloutWorkflow):
         self.discount = discount
         self.style: ExportStyle = style
         self.aggregate: Aggregate = aggregate
+        self.discount_mode: DiscountMode = discount_mode
         self.link_factors = check_link_factors(link_factors)  # a typo fails here, not per episode
         self.agents = None if agents is None else list(agents)
         self.return_tensors = return_tensors
@@ -170,6 +173,7 @@ class OpenAIProxyWorkflow(RolloutWorkflow):
             aggregate=self.aggregate,
             link_factors=self.link_factors,
             agents=self.agents,
+            discount_mode=self.discount_mode,
         )
         if reward_error is not None:
             raise reward_error

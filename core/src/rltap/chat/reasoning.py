@@ -170,7 +170,7 @@ class Qwen3ReasoningParser(ReasoningParser):
     name = "qwen3"
 
 
-@REASONING_PARSERS.register("deepseek_r1")
+@REASONING_PARSERS.register("deepseek_r1", "deepseek-r1")
 class DeepSeekR1ReasoningParser(ReasoningParser):
     """`<think>...</think>` already opened by the template: output starts inside the reasoning."""
 

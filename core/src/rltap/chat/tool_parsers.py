@@ -2,9 +2,10 @@
 
 Formats (registered names in brackets):
 
-- `hermes` (alias `qwen`): `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`,
-  several blocks in a row are parallel calls. A `<tool_call>` opened again before the block
-  closes makes the first one text.
+- `hermes` (aliases `qwen`, `qwen25`, SGLang's and AReaL's names):
+  `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`, several blocks in a row
+  are parallel calls. A `<tool_call>` opened again before the block closes makes the first one
+  text.
 - `llama3` (alias `llama3_json`): `{"name": ..., "parameters": {...}}` as the first non-blank
   content, or after `<|python_tag|>` anywhere; several calls separated by `;`.
 - `mistral`: `[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]` (v0.3 style) or
@@ -97,7 +98,7 @@ class _HermesStream(ToolCallStream):
         return True
 
 
-@TOOL_PARSERS.register("hermes", "qwen")
+@TOOL_PARSERS.register("hermes", "qwen", "qwen25")
 class HermesToolParser(ToolParser):
     """`<tool_call>{"name": ..., "arguments": {...}}</tool_call>` blocks (Hermes, Qwen 2.5/3)."""
 

@@ -15,7 +15,7 @@ from rltap._lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from rltap.proxy.app import create_app
-    from rltap.proxy.client import OpenAIProxyClient
+    from rltap.proxy.client import OpenAIProxyClient, Reply
     from rltap.proxy.options import add_serve_arguments
     from rltap.proxy.server import ProxyServer, ServeSetup, run_serve, serve_config
     from rltap.proxy.state import ProxyConfig, ProxyLimits, ProxyState
@@ -26,6 +26,7 @@ __all__ = [
     "ProxyLimits",
     "ProxyServer",
     "ProxyState",
+    "Reply",
     "ServeSetup",
     "add_serve_arguments",
     "create_app",
@@ -39,6 +40,7 @@ _LAZY = {
     "ProxyLimits": "rltap.proxy.state",
     "ProxyServer": "rltap.proxy.server",
     "ProxyState": "rltap.proxy.state",
+    "Reply": "rltap.proxy.client",
     "ServeSetup": "rltap.proxy.server",
     "add_serve_arguments": "rltap.proxy.options",
     "create_app": "rltap.proxy.app",

@@ -10,14 +10,16 @@ Usage:
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from collections.abc import Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 
 from rltap import errors
+from rltap.rewards import DiscountMode
 from rltap.tensor_codec import decode_tensors
 from rltap.types import (
     InteractionStatus,
@@ -29,22 +31,29 @@ from rltap.types import (
     TokenSequence,
 )
 
-__all__ = ["OpenAIProxyClient", "interactions_from_export"]
+__all__ = ["OpenAIProxyClient", "Reply", "interactions_from_export"]
 
 _RETRYABLE = frozenset({429, 503})
 
 
-def _raise_for(response: httpx.Response) -> None:
-    if response.is_success:
+class Reply(NamedTuple):
+    """What `OpenAIProxyClient` needs of one HTTP response, whichever library fetched it."""
+
+    status: int
+    retry_after: str | None
+    content: bytes
+
+
+def _raise_for(reply: Reply) -> None:
+    if 200 <= reply.status < 300:
         return
     try:
-        message = response.json()["error"]["message"]
+        message = json.loads(reply.content)["error"]["message"]
     except (ValueError, KeyError, TypeError):
-        message = response.text
-    if response.status_code == 429:
-        retry_after = float(response.headers.get("retry-after", "1"))
-        raise errors.CapacityExhausted(message, retry_after=retry_after)
-    raise errors.error_for_status(response.status_code, message)
+        message = reply.content.decode("utf-8", "replace")
+    if reply.status == 429:
+        raise errors.CapacityExhausted(message, retry_after=float(reply.retry_after or "1"))
+    raise errors.error_for_status(reply.status, message)
 
 
 class OpenAIProxyClient:
@@ -67,7 +76,7 @@ class OpenAIProxyClient:
         self.proxy_url = proxy_url.rstrip("/")
         self._admin_headers = {"authorization": f"Bearer {admin_key}"}
         self.task_id = task_id
-        self._http = http_client or httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=10.0))
+        self._http = http_client  # made on first use when None
         self._owns_http = http_client is None
         self.max_retries = max_retries
         self.backoff = backoff
@@ -82,6 +91,8 @@ class OpenAIProxyClient:
 
     @property
     def http_client(self) -> httpx.AsyncClient:
+        if self._http is None:
+            self._http = httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=10.0))
         return self._http
 
     async def __aenter__(self) -> OpenAIProxyClient:
@@ -101,8 +112,13 @@ class OpenAIProxyClient:
                 self._ended = True
 
     async def aclose(self) -> None:
-        if self._owns_http:
+        if self._owns_http and self._http is not None:
             await self._http.aclose()
+
+    async def _send(self, url: str, body: dict[str, Any] | None, headers: dict[str, str]) -> Reply:
+        """One POST: the only place that knows the HTTP library (`rltap.areal`'s: aiohttp)."""
+        response = await self.http_client.post(url, json=body, headers=headers)
+        return Reply(response.status_code, response.headers.get("retry-after"), response.content)
 
     async def _post(
         self, path: str, body: dict[str, Any] | None, *, admin: bool, retry: bool = False
@@ -110,12 +126,12 @@ class OpenAIProxyClient:
         headers = self._admin_headers if admin else {"authorization": f"Bearer {self.api_key}"}
         delay = self.backoff
         for attempt in range(self.max_retries + 1):
-            response = await self._http.post(f"{self.proxy_url}{path}", json=body, headers=headers)
-            if not (retry and response.status_code in _RETRYABLE and attempt < self.max_retries):
-                _raise_for(response)
-                result: dict[str, Any] = response.json()
+            reply = await self._send(f"{self.proxy_url}{path}", body, headers)
+            if not (retry and reply.status in _RETRYABLE and attempt < self.max_retries):
+                _raise_for(reply)
+                result: dict[str, Any] = json.loads(reply.content)
                 return result
-            hinted = float(response.headers.get("retry-after", delay))
+            hinted = float(reply.retry_after or delay)
             await asyncio.sleep(min(self.max_backoff, max(delay, hinted)) * random.uniform(0.5, 1))
             delay = min(self.max_backoff, delay * 2)
         raise AssertionError("unreachable")  # the last attempt raises or returns
@@ -147,11 +163,15 @@ class OpenAIProxyClient:
         wait_timeout: float | None = None,
         link_factors: Mapping[str, float] | None = None,
         agents: Sequence[str] | None = None,
+        *,
+        discount_mode: DiscountMode | None = None,
     ) -> dict[str, InteractionWithTokenLogpReward]:
         """Export the session (it must be ended, or end within `wait_timeout`); the fields are
-        `POST /export_trajectories`'."""
+        `POST /export_trajectories`' (`discount_mode` is sent only when given)."""
         body: dict[str, Any] = {
             "session_id": self.session_id,
+            # rltap's format whatever the proxy's default (`rltap serve --export-format`).
+            "format": "rltap",
             "discount": discount,
             "style": style,
             "aggregate": aggregate,
@@ -162,6 +182,8 @@ class OpenAIProxyClient:
             body["agents"] = list(agents)
         if wait_timeout is not None:
             body["wait_timeout"] = wait_timeout
+        if discount_mode is not None:
+            body["discount_mode"] = discount_mode
         return interactions_from_export(await self._post("/export_trajectories", body, admin=True))
 
 

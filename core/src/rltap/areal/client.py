@@ -1,0 +1,163 @@
+"""AReaL's `ArealOpenAI`: the direct client with AReaL 1.0.4's constructor, defaults and errors.
+
+Usage (AReaL's direct mode, the import path changed):
+    client = ArealOpenAI(engine=engine, tokenizer=tokenizer)
+    completion = await client.chat.completions.create(messages=messages)
+    client.set_last_reward(1.0)
+    client.apply_reward_discount(turn_discount=0.9)
+    interactions = client.export_interactions(style="individual")
+
+`engine` is an AReaL engine (`agenerate` + `get_version`, wrapped in `ArealEngine`) or one of
+rltap's. Calls run through `rltap.DirectOpenAI`'s session, so they are recorded exactly as the
+proxy records them; the rewards follow `rltap.areal.InteractionCache` (chain discount, once).
+Mistakes raise what AReaL raises: TypeError for a message that is not a dict, ValueError for a
+prompt over `engine_max_tokens` or any other invalid request, KeyError for an unknown id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import cached_property
+from typing import Any
+
+import openai
+from openai.resources.chat import AsyncChat, AsyncCompletions
+from openai.resources.responses import AsyncResponses
+from pydantic import BaseModel
+
+from rltap.areal.cache import InteractionCache
+from rltap.areal.engine import as_rltap_engine
+from rltap.client import RLTAP_ERROR, DirectOpenAI
+from rltap.errors import RltapError
+from rltap.types import InteractionWithTokenLogpReward
+
+__all__ = ["ArealOpenAI"]
+
+# AReaL's default when a call names no max_tokens / max_completion_tokens.
+_DEFAULT_MAX_NEW_TOKENS = 512
+
+
+@contextmanager
+def _areal_errors() -> Iterator[None]:
+    """The rltap error behind an SDK status error (a ValueError for a 400, ...), raised as is."""
+    try:
+        yield
+    except openai.APIStatusError as exc:
+        original = exc.response.extensions.get(RLTAP_ERROR)
+        if isinstance(original, RltapError):
+            raise original from None
+        raise
+
+
+def _message_dicts(messages: Any) -> list[dict[str, Any]]:
+    """AReaL's check: a list of dicts or pydantic models (e.g. a reply's `message`)."""
+    if not isinstance(messages, list):
+        msg = f"messages must be provided as a list, got {type(messages).__name__}"
+        raise TypeError(msg)
+    dicts = []
+    for index, message in enumerate(messages):
+        if isinstance(message, BaseModel):
+            dicts.append(message.model_dump(exclude_none=True))
+        elif isinstance(message, dict):
+            dicts.append(message)
+        else:
+            msg = f"messages[{index}] must be a dict or a BaseModel; got {type(message).__name__}"
+            raise TypeError(msg)
+    return dicts
+
+
+class _Completions(AsyncCompletions):
+    async def create(self, *, messages: Any, model: str = "default", **params: Any) -> Any:
+        """`chat.completions.create` with `model` optional, as AReaL's examples call it."""
+        dicts: Any = _message_dicts(messages)
+        with _areal_errors():
+            return await super().create(messages=dicts, model=model, **params)
+
+
+class _Chat(AsyncChat):
+    def __init__(self, client: openai.AsyncOpenAI) -> None:
+        super().__init__(client)
+        self._areal_completions = _Completions(client)
+
+    @property
+    def completions(self) -> _Completions:
+        return self._areal_completions
+
+
+class _Responses(AsyncResponses):
+    async def create(self, **params: Any) -> Any:
+        with _areal_errors():
+            return await super().create(**params)
+
+
+class ArealOpenAI(DirectOpenAI):
+    """AReaL 1.0.4's `ArealOpenAI(engine, tokenizer, tool_call_parser="qwen",
+    reasoning_parser="qwen3", engine_max_tokens=None, chat_template_type="hf", lora_name="",
+    **kwargs)`; `kwargs` go to `openai.AsyncOpenAI`."""
+
+    def __init__(
+        self,
+        engine: Any,
+        tokenizer: Any,
+        tool_call_parser: str = "qwen",
+        reasoning_parser: str = "qwen3",
+        engine_max_tokens: int | None = None,
+        chat_template_type: str = "hf",
+        lora_name: str = "",
+        **kwargs: Any,
+    ) -> None:
+        limits: dict[str, Any] = {}
+        if engine_max_tokens is not None:
+            limits["max_context"] = engine_max_tokens
+        super().__init__(
+            as_rltap_engine(engine, tokenizer=tokenizer, lora_name=lora_name),
+            tokenizer,
+            tool_call_parser=tool_call_parser,
+            reasoning_parser=reasoning_parser,
+            chat_template_type=chat_template_type,
+            default_max_tokens=_DEFAULT_MAX_NEW_TOKENS,
+            cache=InteractionCache(),
+            **limits,
+            **kwargs,
+        )
+        self.tokenizer = tokenizer
+        self.tool_call_parser = tool_call_parser
+        self.reasoning_parser = reasoning_parser
+        self.lora_name = lora_name
+
+    @cached_property
+    def chat(self) -> _Chat:
+        return _Chat(self)
+
+    @cached_property
+    def responses(self) -> _Responses:
+        return _Responses(self)
+
+    @property
+    def cache(self) -> InteractionCache:
+        cache = self.session.cache
+        assert isinstance(cache, InteractionCache)
+        return cache
+
+    def get_interaction(self, id: str) -> InteractionWithTokenLogpReward | None:  # type: ignore[override]
+        return self.cache.get(id)
+
+    def set_reward(self, id: str, reward: float) -> None:
+        self.cache.set_reward(id, reward)
+
+    def set_last_reward(self, reward: float) -> str:
+        if self.cache.last_interaction_id is None:
+            msg = "No interaction in cache to set reward for"
+            raise RuntimeError(msg)
+        return self.cache.set_last_reward(reward)
+
+    def apply_reward_discount(  # type: ignore[override]
+        self, turn_discount: float = 1.0
+    ) -> dict[str, InteractionWithTokenLogpReward]:
+        return self.cache.apply_reward_discount(turn_discount)
+
+    def export_interactions(  # type: ignore[override]
+        self, style: str = "individual"
+    ) -> dict[str, InteractionWithTokenLogpReward]:
+        return self.cache.export_interactions(style)
