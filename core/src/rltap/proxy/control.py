@@ -2,7 +2,24 @@
 
 `admin_routes` take the admin key, `session_routes` a live session's key, `open_routes` none
 (`rltap.proxy.routing` checks them). Bodies are pydantic models (strict types: a reward is a
-number, not a string). Export bodies encode tensors as described in `rltap.tensor_codec`.
+number, not a string).
+
+`POST /export_trajectories` answers in one of two formats, the request's `format` or else the
+proxy's `ProxyConfig.export_format` (`rltap serve --export-format`), each with its tensor envelope
+from `rltap.tensor_codec`:
+- `"rltap"`: `{"session_id", "task_id", "state", "style", "discount", "discount_mode",
+  "link_factors", "interactions": [...], "not_exported": [...]}`, each interaction with its
+  links, messages, lengths and `"tensors"`; the settings used are echoed.
+- `"areal"`: AReaL 1.0.4's body, `{"interactions": {id: {"tensor_dict", "reward",
+  "interaction_id"}}}` in insertion order, which AReaL's `OpenAIProxyClient.export_interactions`
+  reads. It also carries `"not_exported"`, an extra key AReaL's reader ignores.
+`not_exported` lists the in-flight, failed and aborted interactions with their status and error.
+`discount_mode` defaults to `"chain"` (AReaL's insertion-order numbers) in the areal format and to
+`"tree"` in rltap's (`rltap.rewards`).
+
+`POST /rl/end_session` answers `{"session_id", "state", "interaction_count", "message":
+"success"}`; `interaction_count` counts every call the session recorded, in flight included (as
+AReaL counts them).
 """
 
 from __future__ import annotations
@@ -10,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -27,8 +45,8 @@ from rltap.proxy.routing import (
     proxy_state,
 )
 from rltap.proxy.state import SessionRecord, SessionState
-from rltap.rewards import Aggregate, check_link_factors, check_reward
-from rltap.tensor_codec import encode_tensors
+from rltap.rewards import Aggregate, DiscountMode, check_link_factors, check_reward
+from rltap.tensor_codec import TensorEnvelope, encode_tensors
 from rltap.types import InteractionStatus, InteractionWithTokenLogpReward
 
 __all__ = [
@@ -78,6 +96,10 @@ class ExportRequest(BaseModel):
 
     model_config = _BODY
     session_id: str
+    # None: the proxy's `export_format`.
+    format: TensorEnvelope | None = None
+    # None: "chain" for the areal format, else "tree".
+    discount_mode: DiscountMode | None = None
     discount: float = Field(default=1.0, ge=0.0, le=1.0, allow_inf_nan=False)
     style: ExportStyle = "individual"
     aggregate: Aggregate = "mean"
@@ -123,9 +145,17 @@ async def set_reward(request: Request, body: SetRewardRequest) -> Response:
 @session_routes.post("/rl/end_session")
 async def end_session(request: Request) -> Response:
     state, record = proxy_state(request), caller_session(request)
+    count = len(record.session.cache)
     state.store.end(record)
     state.metrics.open_sessions.set(state.store.open_sessions)
-    return json_response({"session_id": record.session_id, "state": record.state.value})
+    return json_response(
+        {
+            "session_id": record.session_id,
+            "state": record.state.value,
+            "interaction_count": count,
+            "message": "success",
+        }
+    )
 
 
 @admin_routes.post("/rl/set_version")
@@ -145,7 +175,8 @@ async def export_trajectories(request: Request, body: ExportRequest) -> Response
         raise InvalidRequest(msg, param="wait_timeout")
     record = state.store.get(body.session_id)
     await _wait_until_done(record, timeout)
-    exported = export_body(record, body)  # a 400 here (a bad link factor) keeps the session
+    # A 400 here (a bad link factor) keeps the session.
+    exported = export_body(record, body, config.export_format)
     state.store.free(record)
     state.metrics.open_sessions.set(state.store.open_sessions)
     return json_response(exported)
@@ -217,14 +248,20 @@ def _encode(node: InteractionWithTokenLogpReward) -> dict[str, Any]:
     }
 
 
-def export_body(record: SessionRecord, request: ExportRequest) -> dict[str, Any]:
-    """The export of one session: every exported interaction with its tensors, and what failed."""
+def export_body(
+    record: SessionRecord, request: ExportRequest, default_format: TensorEnvelope = "rltap"
+) -> dict[str, Any]:
+    """The export of one session in the request's format (else `default_format`): every
+    exported interaction with its tensors, and what was not exported."""
+    export_format = request.format or default_format
+    mode = request.discount_mode or ("chain" if export_format == "areal" else "tree")
     cache = record.session.cache
     factors = check_link_factors(request.link_factors)
     exported = cache.export_interactions(
         style=request.style,
         reward_discount=request.discount,
         aggregate=request.aggregate,
+        mode=mode,
         link_factors=factors,
         agents=request.agents,
     )
@@ -233,13 +270,30 @@ def export_body(record: SessionRecord, request: ExportRequest) -> dict[str, Any]
         for node in cache.values()
         if node.status is not InteractionStatus.COMPLETE
     ]
+    if export_format == "areal":
+        return {"interactions": _areal_interactions(exported), "not_exported": not_exported}
     return {
         "session_id": record.session_id,
         "task_id": record.task_id,
         "state": record.state.value,
         "style": request.style,
         "discount": request.discount,
+        "discount_mode": mode,
         "link_factors": factors,
         "interactions": [_encode(node) for node in exported.values()],
         "not_exported": not_exported,
+    }
+
+
+def _areal_interactions(
+    exported: Mapping[str, InteractionWithTokenLogpReward],
+) -> dict[str, dict[str, Any]]:
+    """AReaL's `serialize_interactions` shape for interactions that hold tensors."""
+    return {
+        interaction_id: {
+            "tensor_dict": encode_tensors(node.to_arrays(), "areal"),
+            "reward": node.reward,
+            "interaction_id": interaction_id,
+        }
+        for interaction_id, node in exported.items()
     }

@@ -6,6 +6,7 @@ import argparse
 
 from rltap.chat.renderer import RenderMode
 from rltap.engines.factory import ENGINE_KINDS
+from rltap.tensor_codec import TENSOR_ENVELOPES
 
 __all__ = ["add_serve_arguments"]
 
@@ -57,3 +58,10 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-body-bytes", type=int, default=32 * 1024 * 1024, help="larger bodies get 413"
     )
     limits.add_argument("--model-name", default=None, help="name in /v1/models")
+    limits.add_argument(
+        "--export-format",
+        choices=TENSOR_ENVELOPES,
+        default="rltap",
+        help="the /export_trajectories body when a request names no format: rltap (default) "
+        "or areal (AReaL 1.0.4's, which its OpenAIProxyClient reads)",
+    )

@@ -166,6 +166,7 @@ def serve_config(args: argparse.Namespace, admin_key: str) -> ServeSetup:
         limits=limits,
         session=session,
         max_body_bytes=args.max_body_bytes,
+        export_format=args.export_format,
     )
     return ServeSetup(engine=engine, renderer=renderer, config=config)
 

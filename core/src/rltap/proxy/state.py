@@ -40,6 +40,7 @@ from rltap.ids import random_hex
 from rltap.protocols.openai_responses.conversations import ConversationStore
 from rltap.proxy.metrics import ProxyMetrics
 from rltap.session import Session, SessionConfig
+from rltap.tensor_codec import TensorEnvelope
 
 __all__ = [
     "ProxyConfig",
@@ -295,6 +296,8 @@ class ProxyConfig:
     max_body_bytes: int = 32 * 1024 * 1024
     export_wait_timeout: float = 30.0
     max_export_wait: float = 600.0
+    # The body `/export_trajectories` answers when a request names no `format`.
+    export_format: TensorEnvelope = "rltap"
 
 
 @dataclass(slots=True, kw_only=True)
