@@ -1,7 +1,8 @@
 """The data model: what goes into an engine, what comes out, and one recorded LLM call.
 
-`InteractionWithTokenLogpReward` keeps the seed system's name and fields so code written for
-AReaL's agentic workflow reads the same here.
+`InteractionWithTokenLogpReward` keeps the seed system's name, fields (as keywords) and
+properties (`is_completion`, `is_response`, `has_tensor_data`, `created_at`,
+`remaining_messages`) so code written for AReaL's agentic workflow reads the same here.
 """
 
 from __future__ import annotations
@@ -289,6 +290,26 @@ class InteractionWithTokenLogpReward:
     @property
     def is_completion(self) -> bool:
         return self.completion is not None
+
+    @property
+    def is_response(self) -> bool:
+        return self.response is not None
+
+    @property
+    def has_tensor_data(self) -> bool:
+        return self.model_response is not None or self.export_sequence is not None
+
+    @property
+    def created_at(self) -> float:
+        return self.created
+
+    @property
+    def remaining_messages(self) -> list[dict[str, Any]]:
+        """The messages after the parent's conversation (all of them without a prefix parent)."""
+        parent = self.token_parent
+        if parent is None:
+            return self.messages
+        return self.messages[len(parent.messages) + len(parent.output_message_list or []) :]
 
     @property
     def parent_id(self) -> str | None:
