@@ -61,7 +61,8 @@ async def test_a_session_key_reaches_nothing_of_another_session(proxy: RunningPr
     )
     assert_error("/rl/set_reward", response, 404)
     response = await proxy.session_post(b_key, "/rl/end_session", {"session_id": a_id})
-    assert response.json() == {"session_id": b_id, "state": "ended"}
+    ended = {"session_id": b_id, "state": "ended", "interaction_count": 1, "message": "success"}
+    assert response.json() == ended
     assert proxy.state.store.get(a_id).state is SessionState.ACTIVE
     # With both headers, the Authorization header is the key; x-api-key is not a second one.
     headers = {**bearer(a_key), "x-api-key": b_key}

@@ -34,7 +34,7 @@ from rltap.export import ExportStyle
 from rltap.json_body import parse_json
 from rltap.links import AGENT_HEADER, agent_from_header
 from rltap.protocols import SPECS, spec_for_path
-from rltap.rewards import Aggregate, LinkFactors
+from rltap.rewards import Aggregate, DiscountMode, LinkFactors
 from rltap.session import Session, SessionConfig
 from rltap.types import InteractionWithTokenLogpReward
 
@@ -163,9 +163,11 @@ class DirectOpenAI(openai.AsyncOpenAI):
         turn_discount: float = 1.0,
         aggregate: Aggregate = "mean",
         link_factors: LinkFactors | None = None,
+        mode: DiscountMode = "tree",
     ) -> dict[str, float]:
+        """Discounted rewards along the tree, or in insertion order (`mode="chain"`)."""
         return self.session.cache.apply_reward_discount(
-            turn_discount, aggregate, link_factors=link_factors
+            turn_discount, aggregate, mode=mode, link_factors=link_factors
         )
 
     def export_interactions(
@@ -175,7 +177,8 @@ class DirectOpenAI(openai.AsyncOpenAI):
         *,
         link_factors: LinkFactors | None = None,
         agents: Collection[str] | None = None,
+        mode: DiscountMode | None = None,
     ) -> dict[str, InteractionWithTokenLogpReward]:
         return self.session.cache.export_interactions(
-            style, reward_discount, link_factors=link_factors, agents=agents
+            style, reward_discount, mode=mode, link_factors=link_factors, agents=agents
         )
