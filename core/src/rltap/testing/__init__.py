@@ -1,8 +1,9 @@
 """What users and integrations test with: offline tokenizer and tiny-model builders, scripts
-for the scripted engine, and a real proxy on 127.0.0.1."""
+for the scripted engine, a fake AReaL engine, and a real proxy on 127.0.0.1."""
 
 from __future__ import annotations
 
+from rltap.testing.areal_engine import ScriptedArealEngine
 from rltap.testing.models import (
     BUILDER_VERSION,
     QWEN_ADDED_TOKENS,
@@ -27,6 +28,7 @@ __all__ = [
     "QWEN_VOCAB_SIZE",
     "TEST_ADMIN_KEY",
     "RunningProxy",
+    "ScriptedArealEngine",
     "arguments_for",
     "build_qwen_tokenizer",
     "build_tiny_model",
