@@ -2,7 +2,8 @@
 
 Frameworks conflict (camel-ai pins pydantic<=2.12.0 while openai-agents needs >=2.12.2), so each
 integration's tests run in a venv of their own. `make test` runs every session here after the core
-suite; `nox -s "integration(framework='camel')"` runs one.
+suite; `nox -s "integration(framework='camel')"` runs one. `nox -s areal` runs `rltap.areal`
+against AReaL 1.0.4 itself (integrations/areal/README.md).
 
 Venvs are made with uv when it is installed (it links packages from its cache, so the three venvs
 share one copy of torch); the torch pin then names the CPU build in the local wheel folder, which
@@ -23,6 +24,14 @@ nox.options.error_on_missing_interpreters = True
 FRAMEWORKS = ["openai_agents", "camel", "langchain"]
 TEST_TOOLS = ["pytest>=8", "pytest-asyncio>=0.24", "packaging>=24"]
 LOCAL_WHEELS = Path("/opt/wheels")
+AREAL = "areal==1.0.4"
+# AReaL is installed with --no-deps: it pins torch<2.11 and transformers<=5.3 (and CUDA-only
+# packages: sglang, vllm, flash-attn), while this machine's wheel is torch 2.13+cpu. These are
+# the modules its agentic API (`areal.experimental.openai`, `areal.api`) imports, the one list.
+AREAL_IMPORTS = [
+    "aiohttp", "colorlog", "tenacity", "flask", "torchdata", "lark", "hydra-core", "ray", "numba",
+    "pillow", "einops", "aiofiles",
+]  # fmt: skip
 
 
 def _install(session: nox.Session, *requirements: str) -> None:
@@ -42,3 +51,12 @@ def integration(session: nox.Session, framework: str) -> None:
     """Install core + one adapter with its framework, then run that adapter's tests."""
     _install(session, "-e", "core[embedded]", "-e", f"integrations/{framework}", *TEST_TOOLS)
     session.run("pytest", "-q", "-p", "no:cacheprovider", f"integrations/{framework}/tests")
+
+
+@nox.session(python="3.11")
+def areal(session: nox.Session) -> None:
+    """AReaL 1.0.4 installed next to core: `rltap.areal` against AReaL's own classes and client."""
+    _install(session, "-e", "core[embedded]", *TEST_TOOLS)
+    session.install("--no-deps", AREAL)
+    _install(session, *AREAL_IMPORTS)
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "integrations/areal/tests")
