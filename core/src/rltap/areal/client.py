@@ -16,7 +16,7 @@ prompt over `engine_max_tokens` or any other invalid request, KeyError for an un
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from functools import cached_property
 from typing import Any
@@ -51,9 +51,10 @@ def _areal_errors() -> Iterator[None]:
 
 
 def _message_dicts(messages: Any) -> list[dict[str, Any]]:
-    """AReaL's check: a list of dicts or pydantic models (e.g. a reply's `message`)."""
-    if not isinstance(messages, list):
-        msg = f"messages must be provided as a list, got {type(messages).__name__}"
+    """AReaL's check: any iterable (a tuple, a generator) of dicts or pydantic models (e.g. a
+    reply's `message`); a string or a single dict fails on its first item, as in AReaL."""
+    if not isinstance(messages, Iterable):
+        msg = f"messages must be an iterable of dicts, got {type(messages).__name__}"
         raise TypeError(msg)
     dicts = []
     for index, message in enumerate(messages):
