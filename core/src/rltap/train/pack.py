@@ -36,7 +36,7 @@ import numpy as np
 from rltap.errors import ExportMismatch
 from rltap.types import InteractionWithTokenLogpReward
 
-__all__ = ["PackLeaf", "TreePack", "pack_interactions"]
+__all__ = ["PackLeaf", "TreePack", "merge_tries", "pack_interactions"]
 
 _PROMPT = -1  # the origin of a prompt token
 
@@ -129,6 +129,40 @@ def pack_interactions(
             reward = float(rewards.get(node.interaction_id, 0.0))
             pack.leaves.append(PackLeaf(node.interaction_id, reward, _path(pack, last)))
     return pack
+
+
+def merge_tries(packs: Sequence[TreePack]) -> TreePack:
+    """One pack of several (a group's episodes, each packed on its own): tokens merge by the
+    rules of `pack_interactions`, so the prompt the episodes share appears once while each
+    interaction keeps its own generated tokens. Interaction ids must be unique across `packs`."""
+    root = _Node(-1, _PROMPT, 0.0, -1)
+    interaction_ids: list[str] = []
+    rewards: dict[str, float] = {}
+    ends: list[tuple[PackLeaf, _Node]] = []
+    for pack in packs:
+        offset = len(interaction_ids)
+        interaction_ids.extend(pack.interaction_ids)
+        nodes: list[_Node] = []  # the merged trie's node of each of this pack's tokens
+        for index, (token, above, made_by) in enumerate(
+            zip(pack.input_ids, pack.parent_index, pack.interaction_index, strict=True)
+        ):
+            at = root if above < 0 else nodes[above]  # depth-first: a parent comes first
+            origin = _PROMPT if made_by < 0 else int(made_by) + offset
+            logprob, version = float(pack.logprobs[index]), int(pack.versions[index])
+            nodes.append(_child(at, int(token), origin, logprob, version))
+            if made_by >= 0:
+                rewards[pack.interaction_ids[made_by]] = float(pack.rewards[index])
+        ends.extend((leaf, nodes[int(leaf.path[-1])]) for leaf in pack.leaves)
+        # An interaction without generated tokens has its reward on its leaf only.
+        rewards.update((leaf.interaction_id, leaf.reward) for leaf in pack.leaves)
+    if len(set(interaction_ids)) != len(interaction_ids):
+        msg = "the packs to merge share an interaction id; each interaction belongs to one pack"
+        raise ValueError(msg)
+    merged, position = _flatten(root, interaction_ids, rewards)
+    for leaf, node in ends:
+        path = _path(merged, position[id(node)])
+        merged.leaves.append(PackLeaf(leaf.interaction_id, leaf.reward, path))
+    return merged
 
 
 def _check_continues(
