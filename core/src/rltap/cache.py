@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rltap.canonical import (
     canonical_message,
@@ -27,10 +27,13 @@ from rltap.canonical import (
     extend_chain_canonical,
 )
 from rltap.errors import Conflict, InteractionNotFound
-from rltap.export import ExportStyle, export_interactions
+from rltap.export import ExportStyle, export_interactions, export_tree
 from rltap.links import LinkIndex, derive_agent_id, same_system_prompt
 from rltap.rewards import Aggregate, DiscountMode, LinkFactors, check_reward, discount_rewards
 from rltap.types import InteractionStatus, InteractionWithTokenLogpReward, Link, ModelResponse
+
+if TYPE_CHECKING:
+    from rltap.train.pack import TreePack
 
 __all__ = ["InteractionCache"]
 
@@ -313,17 +316,46 @@ class InteractionCache(Mapping[str, InteractionWithTokenLogpReward]):
         tree and every link factor 1.0 if none). Rewards are discounted over the whole tree;
         `agents` then keeps only the interactions (for `concat`, the sequences) of those agents.
         """
-        discount, agg, discount_mode, factors = self._discount or (1.0, "mean", "tree", None)
         with self._lock:
-            complete = self.by_status(InteractionStatus.COMPLETE)
-            rewards = discount_rewards(
-                complete,
-                discount if reward_discount is None else reward_discount,
-                agg if aggregate is None else aggregate,
-                discount_mode if mode is None else mode,
-                factors if link_factors is None else link_factors,
+            complete, rewards = self._complete_with_rewards(
+                reward_discount, aggregate, mode, link_factors
             )
             return export_interactions(complete, rewards, style, agents)
+
+    def export_tree(
+        self,
+        reward_discount: float | None = None,
+        aggregate: Aggregate | None = None,
+        mode: DiscountMode | None = None,
+        link_factors: LinkFactors | None = None,
+        agents: Collection[str] | None = None,
+    ) -> TreePack:
+        """The export style `tree`: the complete interactions (of `agents`) in one token trie
+        with their discounted rewards (`rltap.train.pack`); settings as `export_interactions`."""
+        with self._lock:
+            complete, rewards = self._complete_with_rewards(
+                reward_discount, aggregate, mode, link_factors
+            )
+            return export_tree(complete, rewards, agents)
+
+    def _complete_with_rewards(
+        self,
+        reward_discount: float | None,
+        aggregate: Aggregate | None,
+        mode: DiscountMode | None,
+        link_factors: LinkFactors | None,
+    ) -> tuple[list[InteractionWithTokenLogpReward], dict[str, float]]:
+        """The complete interactions and their rewards (a setting left None: the remembered)."""
+        discount, agg, discount_mode, factors = self._discount or (1.0, "mean", "tree", None)
+        complete = self.by_status(InteractionStatus.COMPLETE)
+        rewards = discount_rewards(
+            complete,
+            discount if reward_discount is None else reward_discount,
+            agg if aggregate is None else aggregate,
+            discount_mode if mode is None else mode,
+            factors if link_factors is None else link_factors,
+        )
+        return complete, rewards
 
 
 def _by_agent(

@@ -109,7 +109,11 @@ def _add_rollout_command(subparsers: _Subparsers) -> None:
     rollout.add_argument("--concurrency", type=int, default=8, help="rows at once")
     rollout.add_argument("--mode", choices=["inline", "subproc"], default="inline")
     rollout.add_argument("--discount", type=float, default=1.0, help="turn discount")
-    rollout.add_argument("--style", choices=["individual", "concat"], default="individual")
+    rollout.add_argument(
+        "--style", choices=["individual", "concat", "tree"], default="individual",
+        help="export style; tree: batch.safetensors holds one token trie per row "
+        "(rltap.train.pack_io), the lines stay one per interaction",
+    )  # fmt: skip
     rollout.add_argument(
         "--agents", nargs="+", default=None, metavar="AGENT",
         help="export only these agents' interactions (rewards are discounted over all first)",

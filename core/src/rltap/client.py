@@ -11,6 +11,7 @@ Usage:
     client.set_last_reward(1.0)
     client.apply_reward_discount(turn_discount=0.9)
     interactions = client.export_interactions(style="concat")
+    pack = client.export_tree()  # the style `tree`: one TreePack (`rltap.train.pack`)
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import importlib
 from collections.abc import AsyncGenerator, AsyncIterator, Collection
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import openai
 import orjson
@@ -37,6 +38,9 @@ from rltap.protocols import SPECS, spec_for_path
 from rltap.rewards import Aggregate, DiscountMode, LinkFactors
 from rltap.session import Session, SessionConfig
 from rltap.types import InteractionWithTokenLogpReward
+
+if TYPE_CHECKING:
+    from rltap.train.pack import TreePack
 
 __all__ = ["RLTAP_ERROR", "DirectOpenAI", "DirectTransport"]
 
@@ -181,4 +185,17 @@ class DirectOpenAI(openai.AsyncOpenAI):
     ) -> dict[str, InteractionWithTokenLogpReward]:
         return self.session.cache.export_interactions(
             style, reward_discount, mode=mode, link_factors=link_factors, agents=agents
+        )
+
+    def export_tree(
+        self,
+        reward_discount: float | None = None,
+        *,
+        link_factors: LinkFactors | None = None,
+        agents: Collection[str] | None = None,
+        mode: DiscountMode | None = None,
+    ) -> TreePack:
+        """The export style `tree`: the session's interactions in one token trie."""
+        return self.session.cache.export_tree(
+            reward_discount, mode=mode, link_factors=link_factors, agents=agents
         )

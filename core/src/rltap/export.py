@@ -10,6 +10,15 @@
   parent's full token sequence; a break raises `ExportMismatch` naming both interactions, it is
   never masked.
 
+- `tree`: the interactions packed into one token trie, shared prefixes once (`rltap.train.pack`:
+  its layout, and which tokens merge). It is one object, not one per interaction, so it has its own
+  calls: `export_tree` here, `InteractionCache.export_tree`, `DirectOpenAI.export_tree`,
+  `OpenAIProxyClient.export_tree` (all return a `TreePack`); `export_interactions` refuses it with
+  a 400 naming them. Where an export is a body, style "tree" is what asks for it:
+  `/export_trajectories` (the pack's arrays in the rltap tensor envelope, its leaves and every
+  interaction's metadata, `rltap.proxy.control`), `OpenAIProxyWorkflow(style="tree")` (a pack per
+  episode; a group's packs merged into one) and `rltap rollout --style tree`.
+
 `agents` keeps only the interactions (for `concat`, the sequences) of those agents; rewards are
 discounted over the whole tree first, so a kept call still gets the credit of the others.
 
@@ -27,14 +36,17 @@ from rltap.types import InteractionWithTokenLogpReward, TokenSequence
 if TYPE_CHECKING:
     import torch
 
+    from rltap.train.pack import TreePack
+
 __all__ = [
     "ExportStyle",
     "branch_sequence",
     "concat_padded_tensors",
     "export_interactions",
+    "export_tree",
 ]
 
-ExportStyle = Literal["individual", "concat"]
+ExportStyle = Literal["individual", "concat", "tree"]
 
 # Padding value of each tensor key; keys not listed pad with 0.
 _PAD_VALUES: dict[str, int | float | bool] = {"versions": -1, "attention_mask": False}
@@ -99,10 +111,7 @@ def export_interactions(
 
     The copies' `to_tensor_dict()` gives the training tensors: for `concat`, the branch.
     """
-    complete = [node for node in nodes if node.is_complete and node.model_response is not None]
-    if agents is not None:
-        wanted = set(agents)
-        complete = [node for node in complete if node.agent_id in wanted]
+    complete = _exportable(nodes, agents)
     if style == "individual":
         return {
             node.interaction_id: node.copy_for_export(reward=rewards[node.interaction_id])
@@ -119,8 +128,36 @@ def export_interactions(
             for node in complete
             if node.interaction_id not in continued
         }
-    msg = f"style must be 'individual' or 'concat', got {style!r}"
+    if style == "tree":
+        msg = "style 'tree' exports one TreePack, not interactions: call export_tree"
+        raise InvalidRequest(msg, param="style")
+    msg = f"style must be 'individual', 'concat' or 'tree', got {style!r}"
     raise InvalidRequest(msg, param="style")
+
+
+def export_tree(
+    nodes: Sequence[InteractionWithTokenLogpReward],
+    rewards: Mapping[str, float],
+    agents: Collection[str] | None = None,
+) -> TreePack:
+    """The complete `nodes` (of those `agents`) with their discounted rewards in one token trie.
+
+    A kept call whose prefix parent is left out starts from its own full prompt.
+    """
+    # Imported here: `rltap.train` is above this module (its packages import the export).
+    from rltap.train.pack import pack_interactions
+
+    return pack_interactions(_exportable(nodes, agents), rewards)
+
+
+def _exportable(
+    nodes: Sequence[InteractionWithTokenLogpReward], agents: Collection[str] | None
+) -> list[InteractionWithTokenLogpReward]:
+    complete = [node for node in nodes if node.is_complete and node.model_response is not None]
+    if agents is not None:
+        wanted = set(agents)
+        complete = [node for node in complete if node.agent_id in wanted]
+    return complete
 
 
 def concat_padded_tensors(

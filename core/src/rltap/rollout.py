@@ -8,6 +8,9 @@ The output folder holds:
   reward);
 - `rows.jsonl`: the ledger, one line per finished row, written after its trajectories;
 - `batch.safetensors`: every line's tensors right-padded and stacked (the seed's tensor dict);
+  with `--style tree`, one token trie per row instead (its episodes' shared prompt once), packed
+  again from the row's lines, in the keys of `rltap.train.pack_io.save_packs` (the lines stay
+  one per interaction, each its own prompt and output, as style individual's);
 - `summary.json`: episodes ok/failed, interactions, tokens, reward mean/std, wall time.
 
 Running again with the same folder resumes: rows in the ledger are skipped, and trajectory lines
@@ -31,8 +34,14 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from rltap.export import concat_padded_tensors
-from rltap.types import InteractionWithTokenLogpReward, TokenSequence
+from rltap.export import ExportStyle, concat_padded_tensors
+from rltap.types import (
+    InteractionStatus,
+    InteractionWithTokenLogpReward,
+    Link,
+    ModelResponse,
+    TokenSequence,
+)
 from rltap.workflow import Episode, OpenAIProxyWorkflow
 
 __all__ = ["RolloutSummary", "load_rows", "load_trajectories", "run_rollout", "summary_table"]
@@ -147,10 +156,18 @@ class _Writer:
         return lines
 
 
-def write_batch(out_dir: Path, lines: Iterable[dict[str, Any]], pad_token_id: int = 0) -> int:
-    """`batch.safetensors` from trajectory lines; returns the batch size."""
+def write_batch(
+    out_dir: Path,
+    lines: Iterable[dict[str, Any]],
+    pad_token_id: int = 0,
+    style: ExportStyle = "individual",
+) -> int:
+    """`batch.safetensors` from trajectory lines; returns the number of lines (the batch size
+    but for style "tree", whose batch is one pack per row)."""
     from safetensors.torch import save_file
 
+    if style == "tree":
+        return _write_packs(out_dir, list(lines))
     tensors = []
     for line in lines:
         sequence = TokenSequence(
@@ -164,6 +181,46 @@ def write_batch(out_dir: Path, lines: Iterable[dict[str, Any]], pad_token_id: in
     if batch:
         save_file({k: v.contiguous() for k, v in batch.items()}, str(out_dir / BATCH))
     return len(tensors)
+
+
+def _write_packs(out_dir: Path, lines: list[dict[str, Any]]) -> int:
+    from rltap.train.pack import pack_interactions
+    from rltap.train.pack_io import save_packs
+
+    rows: dict[int, list[dict[str, Any]]] = {}
+    for line in lines:
+        rows.setdefault(line["row"], []).append(line)
+    packs = []
+    for row in sorted(rows):
+        rewards = {line["interaction_id"]: float(line["reward"] or 0.0) for line in rows[row]}
+        packs.append(pack_interactions(_interactions(rows[row]), rewards))
+    if packs:
+        save_packs(out_dir / BATCH, packs)
+    return len(lines)
+
+
+def _interactions(lines: list[dict[str, Any]]) -> list[InteractionWithTokenLogpReward]:
+    """A row's interactions again, from lines of style individual's (prompt, then output)."""
+    built: dict[str, InteractionWithTokenLogpReward] = {}
+    for line in lines:
+        ids = line["input_ids"]
+        start = len(ids) - sum(line["loss_mask"])
+        response = ModelResponse(
+            input_tokens=ids[:start],
+            output_tokens=ids[start:],
+            output_logprobs=line["logprobs"][start:],
+            output_versions=line["versions"][start:],
+        )
+        built[line["interaction_id"]] = InteractionWithTokenLogpReward(
+            model_response=response,
+            # A parent another agent's filter left out: the call starts its own branch.
+            parent=built.get(line["parent_id"] or ""),
+            link=Link(line["link"]) if line["link"] else None,
+            interaction_id=line["interaction_id"],
+            messages=line["messages"],
+            status=InteractionStatus.COMPLETE,
+        )
+    return list(built.values())
 
 
 class _Live:
@@ -228,16 +285,18 @@ async def run_rollout(
             progress.update(task, advance=1, live=live.describe())
 
         await asyncio.gather(*(one_row(index) for index in todo))
-    _summarise(summary, out_dir, live, pad_token_id)
+    _summarise(summary, out_dir, live, pad_token_id, workflow.style)
     return summary
 
 
-def _summarise(summary: RolloutSummary, out_dir: Path, live: _Live, pad_token_id: int) -> None:
+def _summarise(
+    summary: RolloutSummary, out_dir: Path, live: _Live, pad_token_id: int, style: ExportStyle
+) -> None:
     lines = load_trajectories(out_dir)
     ledger = _read_jsonl(out_dir / LEDGER)
     summary.episodes_ok = sum(entry["episodes_ok"] for entry in ledger)
     summary.episodes_failed = sum(entry["episodes_failed"] for entry in ledger)
-    summary.interactions = write_batch(out_dir, lines, pad_token_id)
+    summary.interactions = write_batch(out_dir, lines, pad_token_id, style)
     summary.generated_tokens = sum(sum(line["loss_mask"]) for line in lines)
     rewards = [float(line["reward"] or 0.0) for line in lines]
     summary.reward_mean = statistics.fmean(rewards) if rewards else 0.0

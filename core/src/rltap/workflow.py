@@ -1,13 +1,16 @@
 """Rollout workflows: any agent with `async def run(data, **kwargs)` becomes training data.
 
-    RolloutWorkflow                 arun_episode(engine, data) -> tensors | interactions | None
-    ├── OpenAIProxyWorkflow         runs an agent against the proxy, one session per episode
-    └── GroupedRolloutWorkflow      group_size episodes of one row, merged
+    RolloutWorkflow            arun_episode(engine, data) -> tensors | interactions | pack | None
+    ├── OpenAIProxyWorkflow    runs an agent against the proxy, one session per episode
+    └── GroupedRolloutWorkflow group_size episodes of one row, merged
 
 `resolve_workflow` turns what a user names (an instance, a class, "pkg.module:Name",
 "path/to/agent.py:Name") into a workflow. OpenAIProxyWorkflow runs the agent inline (awaited in
 this event loop, with base_url/api_key/http_client passed in) or in a subprocess pool (the child
 sees OPENAI_* and ANTHROPIC_* variables for that episode only).
+
+With style "tree" an episode is one `TreePack` (`rltap.train.pack`), and a group's packs merge
+into one trie (`merge_tries`: the prompt the group shares appears once).
 """
 
 from __future__ import annotations
@@ -24,16 +27,19 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import httpx
 
 from rltap.errors import RltapError
 from rltap.export import ExportStyle, concat_padded_tensors
-from rltap.proxy import OpenAIProxyClient
+from rltap.proxy import OpenAIProxyClient, interactions_from_export, tree_from_export
 from rltap.rewards import Aggregate, DiscountMode, LinkFactors, check_link_factors
 from rltap.subproc import AgentPool, EpisodeFailed
 from rltap.types import InteractionWithTokenLogpReward
+
+if TYPE_CHECKING:
+    from rltap.train.pack import TreePack
 
 __all__ = [
     "Episode",
@@ -48,17 +54,20 @@ __all__ = [
 logger = logging.getLogger("rltap.workflow")
 
 Interactions = dict[str, InteractionWithTokenLogpReward]
-EpisodeResult = dict[str, Any] | Interactions | None
+# A string: `rltap.train` is imported only where a pack is made or merged.
+EpisodeResult: TypeAlias = "dict[str, Any] | Interactions | TreePack | None"
 Mode = Literal["inline", "subproc"]
 
 
 @dataclass(slots=True)
 class Episode:
-    """What one agent run left: its session and exported interactions, or why it failed."""
+    """What one agent run left: its session and exported interactions, or why it failed; with
+    style "tree" also the session's pack (its interactions then as style individual's)."""
 
     session_id: str
     interactions: Interactions | None
     error: str | None = None
+    pack: TreePack | None = None
 
 
 class WorkflowError(TypeError):
@@ -142,6 +151,8 @@ class OpenAIProxyWorkflow(RolloutWorkflow):
         episode = await self.run_episode(data)
         if episode.interactions is None:
             return None
+        if episode.pack is not None:  # style "tree": the pack is the episode's tensors
+            return episode.pack
         if self.return_tensors:
             tensors = [i.to_tensor_dict() for i in episode.interactions.values()]
             return concat_padded_tensors(tensors)
@@ -167,7 +178,7 @@ class OpenAIProxyWorkflow(RolloutWorkflow):
                 except (WorkflowError, RltapError) as exc:
                     reward_error = exc  # raised below, once the session is freed
         # Exporting frees the session on the proxy, also for a rejected episode.
-        exported = await session.export_interactions(
+        body = await session.export_trajectories(
             discount=self.discount,
             style=self.style,
             aggregate=self.aggregate,
@@ -178,11 +189,11 @@ class OpenAIProxyWorkflow(RolloutWorkflow):
         if reward_error is not None:
             raise reward_error
         assert session.session_id is not None
-        return Episode(
-            session_id=session.session_id,
-            interactions=None if error is not None else exported,
-            error=error,
-        )
+        if error is not None:
+            return Episode(session_id=session.session_id, interactions=None, error=error)
+        pack = tree_from_export(body) if self.style == "tree" else None
+        exported = interactions_from_export(body)
+        return Episode(session_id=session.session_id, interactions=exported, pack=pack)
 
     async def _run_agent(self, session: OpenAIProxyClient, data: Any) -> Any:
         assert session.api_key is not None
@@ -235,7 +246,8 @@ class GroupedRolloutWorkflow(RolloutWorkflow):
     """`group_size` episodes of the same row, concurrently; the results merged.
 
     Tensor dicts are stacked along the batch (right-padded to the longest), interaction dicts
-    merged by id; rejected episodes are dropped; None when every episode was rejected.
+    merged by id, tree packs merged into one trie (`merge_tries`); rejected episodes are dropped;
+    None when every episode was rejected.
     """
 
     def __init__(self, workflow: RolloutWorkflow, group_size: int) -> None:
@@ -253,8 +265,16 @@ class GroupedRolloutWorkflow(RolloutWorkflow):
 
 
 def merge_results(results: list[Any]) -> EpisodeResult:
+    from rltap.train.pack import TreePack, merge_tries
+
     if not results:
         return None
+    packs = [result for result in results if isinstance(result, TreePack)]
+    if packs:
+        if len(packs) < len(results):
+            msg = "cannot merge tree packs with other results in one group"
+            raise WorkflowError(msg)
+        return merge_tries(packs)
     # An episode without LLM calls exports an empty dict (of either kind): nothing to merge.
     filled = [result for result in results if len(result) > 0]
     if filled and all(_is_tensor_dict(r) for r in filled):

@@ -15,7 +15,12 @@ from rltap._lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from rltap.proxy.app import create_app
-    from rltap.proxy.client import OpenAIProxyClient, Reply
+    from rltap.proxy.client import (
+        OpenAIProxyClient,
+        Reply,
+        interactions_from_export,
+        tree_from_export,
+    )
     from rltap.proxy.options import add_serve_arguments
     from rltap.proxy.server import ProxyServer, ServeSetup, run_serve, serve_config
     from rltap.proxy.state import ProxyConfig, ProxyLimits, ProxyState
@@ -30,8 +35,10 @@ __all__ = [
     "ServeSetup",
     "add_serve_arguments",
     "create_app",
+    "interactions_from_export",
     "run_serve",
     "serve_config",
+    "tree_from_export",
 ]
 
 _LAZY = {
@@ -44,8 +51,10 @@ _LAZY = {
     "ServeSetup": "rltap.proxy.server",
     "add_serve_arguments": "rltap.proxy.options",
     "create_app": "rltap.proxy.app",
+    "interactions_from_export": "rltap.proxy.client",
     "run_serve": "rltap.proxy.server",
     "serve_config": "rltap.proxy.server",
+    "tree_from_export": "rltap.proxy.client",
 }
 
 __getattr__ = lazy_getattr("rltap.proxy", globals(), _LAZY)

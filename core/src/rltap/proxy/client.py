@@ -5,6 +5,10 @@ Usage:
         await agent.run(data, base_url=session.base_url, api_key=session.api_key)
         await session.set_last_reward(1.0)
     interactions = await session.export_interactions(discount=0.9, style="concat")
+
+Style "tree" is one `TreePack` (`rltap.train.pack`), not interactions: `export_tree` returns it;
+`export_trajectories` returns the raw body, which `interactions_from_export` (each interaction's
+own sequence, cut out of the pack) and `tree_from_export` both read.
 """
 
 from __future__ import annotations
@@ -14,9 +18,10 @@ import json
 import random
 from collections.abc import Mapping, Sequence
 from types import TracebackType
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import httpx
+import numpy as np
 
 from rltap import errors
 from rltap.rewards import DiscountMode
@@ -31,7 +36,10 @@ from rltap.types import (
     TokenSequence,
 )
 
-__all__ = ["OpenAIProxyClient", "Reply", "interactions_from_export"]
+if TYPE_CHECKING:
+    from rltap.train.pack import TreePack
+
+__all__ = ["OpenAIProxyClient", "Reply", "interactions_from_export", "tree_from_export"]
 
 _RETRYABLE = frozenset({429, 503})
 
@@ -167,39 +175,98 @@ class OpenAIProxyClient:
         discount_mode: DiscountMode | None = None,
     ) -> dict[str, InteractionWithTokenLogpReward]:
         """Export the session (it must be ended, or end within `wait_timeout`); the fields are
-        `POST /export_trajectories`' (`discount_mode` is sent only when given)."""
-        body: dict[str, Any] = {
-            "session_id": self.session_id,
-            # rltap's format whatever the proxy's default (`rltap serve --export-format`).
-            "format": "rltap",
-            "discount": discount,
-            "style": style,
-            "aggregate": aggregate,
-        }
-        if link_factors is not None:
-            body["link_factors"] = dict(link_factors)
-        if agents is not None:
-            body["agents"] = list(agents)
-        if wait_timeout is not None:
-            body["wait_timeout"] = wait_timeout
-        if discount_mode is not None:
-            body["discount_mode"] = discount_mode
-        return interactions_from_export(await self._post("/export_trajectories", body, admin=True))
+        `POST /export_trajectories`' (`discount_mode` is sent only when given). Style "tree"
+        is refused here (`rltap.export`): `export_tree` returns it."""
+        if style == "tree":
+            msg = "style 'tree' exports one TreePack, not interactions: call export_tree"
+            raise errors.InvalidRequest(msg, param="style")
+        body = await self.export_trajectories(
+            discount=discount,
+            style=style,
+            aggregate=aggregate,
+            wait_timeout=wait_timeout,
+            link_factors=None if link_factors is None else dict(link_factors),
+            agents=None if agents is None else list(agents),
+            discount_mode=discount_mode,
+        )
+        return interactions_from_export(body)
+
+    async def export_tree(self, discount: float = 1.0, **fields: Any) -> TreePack:
+        """Export the session as style "tree": its interactions in one token trie; `fields` are
+        `export_interactions`' other keywords."""
+        return tree_from_export(
+            await self.export_trajectories(discount=discount, style="tree", **fields)
+        )
+
+    async def export_trajectories(self, **fields: Any) -> dict[str, Any]:
+        """The body of `POST /export_trajectories` (`rltap.proxy.control`) in rltap's format,
+        whatever the proxy's default (`rltap serve --export-format`); `fields` are the
+        request's, those None left out."""
+        body = {"session_id": self.session_id, "format": "rltap"}
+        body |= {name: value for name, value in fields.items() if value is not None}
+        return await self._post("/export_trajectories", body, admin=True)
+
+
+def tree_from_export(body: Mapping[str, Any]) -> TreePack:
+    """The `TreePack` of an `/export_trajectories` body of style "tree"."""
+    from rltap.train.pack_io import decode_pack
+
+    if "tree" not in body:
+        msg = f"the export body is of style {body.get('style')!r}, not 'tree'"
+        raise ValueError(msg)
+    return decode_pack(body["tree"])
+
+
+def _sequences(body: Mapping[str, Any]) -> dict[str, TokenSequence]:
+    """Each exported interaction's own token sequence (its prompt masked, as style individual).
+
+    A tree body holds them in its pack: an interaction's sequence is the path to its last
+    generated token (or, for one that generated none, to the end of its leaf).
+    """
+    if "tree" not in body:
+        sequences = {}
+        for item in body["interactions"]:
+            tensors = decode_tensors(item["tensors"])
+            sequences[item["interaction_id"]] = TokenSequence(
+                input_ids=tensors["input_ids"][0].tolist(),
+                loss_mask=tensors["loss_mask"][0].tolist(),
+                logprobs=tensors["logprobs"][0].tolist(),
+                versions=tensors["versions"][0].tolist(),
+            )
+        return sequences
+    pack = tree_from_export(body)
+    generated = np.flatnonzero(pack.interaction_index >= 0)
+    # Depth-first order: an interaction's last generated token is the last one it owns.
+    last = dict(zip(pack.interaction_index[generated].tolist(), generated.tolist(), strict=True))
+    ends = {leaf.interaction_id: int(leaf.path[-1]) for leaf in pack.leaves}
+    ends |= {pack.interaction_ids[k]: index for k, index in last.items()}
+    sequences = {}
+    for item in body["interactions"]:
+        path = [ends[item["interaction_id"]]]
+        while (above := int(pack.parent_index[path[-1]])) >= 0:
+            path.append(above)
+        path.reverse()
+        prompt, output = path[: item["input_len"]], path[item["input_len"] :]
+        sequence = TokenSequence()
+        sequence.append_prompt(pack.input_ids[prompt].tolist())
+        sequence.input_ids.extend(pack.input_ids[output].tolist())
+        sequence.loss_mask.extend([1] * len(output))
+        sequence.logprobs.extend(pack.logprobs[output].tolist())
+        sequence.versions.extend(pack.versions[output].tolist())
+        sequences[item["interaction_id"]] = sequence
+    return sequences
 
 
 def interactions_from_export(body: dict[str, Any]) -> dict[str, InteractionWithTokenLogpReward]:
-    """Rebuild interactions from an `/export_trajectories` body; `to_tensor_dict()` round-trips."""
+    """Rebuild interactions from an `/export_trajectories` body; `to_tensor_dict()` round-trips
+    (a tree body's interactions come back as style individual's)."""
     rebuilt: dict[str, InteractionWithTokenLogpReward] = {}
+    sequences = _sequences(body)
+    per_interaction = body.get("style") in ("individual", "tree")
     for item in body["interactions"]:
-        tensors = decode_tensors(item["tensors"])
-        sequence = TokenSequence(
-            input_ids=tensors["input_ids"][0].tolist(),
-            loss_mask=tensors["loss_mask"][0].tolist(),
-            logprobs=tensors["logprobs"][0].tolist(),
-            versions=tensors["versions"][0].tolist(),
-            constrained=bool(item["constrained"]),
-        )
-        prompt_len = item["input_len"] if body.get("style") == "individual" else None
+        sequence = sequences[item["interaction_id"]]
+        sequence.constrained = bool(item["constrained"])
+        prompt_len = item["input_len"] if per_interaction else None
         response = None
         if prompt_len is not None:
             response = ModelResponse(
@@ -213,7 +280,7 @@ def interactions_from_export(body: dict[str, Any]) -> dict[str, InteractionWithT
             )
         rebuilt[item["interaction_id"]] = InteractionWithTokenLogpReward(
             model_response=response,
-            reward=float(tensors["rewards"][0]),
+            reward=float(np.float32(item["reward"] or 0.0)),  # as the float32 tensors hold it
             parent=rebuilt.get(item["parent_id"]) if item["parent_id"] else None,
             detached_parent_id=item["parent_id"],
             link=Link(item["link"]) if item["link"] else None,

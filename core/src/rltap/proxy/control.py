@@ -13,6 +13,11 @@ from `rltap.tensor_codec`:
 - `"areal"`: AReaL 1.0.4's body, `{"interactions": {id: {"tensor_dict", "reward",
   "interaction_id"}}}` in insertion order, which AReaL's `OpenAIProxyClient.export_interactions`
   reads. It also carries `"not_exported"`, an extra key AReaL's reader ignores.
+Style `"tree"` (rltap's format only; the areal format refuses it with a 400 naming `style`) gives
+the same keys, with `"interactions"` holding each interaction's metadata without `"tensors"`,
+and adds `"tree"`: the session's one token trie (`rltap.train.pack`), as `rltap.train.pack_io`'s
+`encode_pack` writes it: `{"tensors": {per-token array: envelope}, "interaction_ids", "leaves":
+[{"interaction_id", "reward", "path"}]}`.
 `not_exported` lists the in-flight, failed and aborted interactions with their status and error.
 `discount_mode` defaults to `"chain"` (AReaL's insertion-order numbers) in the areal format and to
 `"tree"` in rltap's (`rltap.rewards`).
@@ -228,6 +233,10 @@ async def _wait_until_done(record: SessionRecord, wait_seconds: float) -> None:
 
 
 def _encode(node: InteractionWithTokenLogpReward) -> dict[str, Any]:
+    return _metadata(node) | {"tensors": encode_tensors(node.to_arrays())}
+
+
+def _metadata(node: InteractionWithTokenLogpReward) -> dict[str, Any]:
     response = node.model_response
     assert response is not None
     return {
@@ -244,7 +253,6 @@ def _encode(node: InteractionWithTokenLogpReward) -> dict[str, Any]:
         "stop_reason": response.stop_reason.value,
         "logprob_convention": response.logprob_convention.value,
         "constrained": node.constrained,
-        "tensors": encode_tensors(node.to_arrays()),
     }
 
 
@@ -254,11 +262,16 @@ def export_body(
     """The export of one session in the request's format (else `default_format`): every
     exported interaction with its tensors, and what was not exported."""
     export_format = request.format or default_format
+    tree = request.style == "tree"
+    if tree and export_format == "areal":
+        msg = "style 'tree' has no areal format (AReaL reads one tensor dict per interaction)"
+        raise InvalidRequest(msg, param="style")
     mode = request.discount_mode or ("chain" if export_format == "areal" else "tree")
     cache = record.session.cache
     factors = check_link_factors(request.link_factors)
     exported = cache.export_interactions(
-        style=request.style,
+        # The tree packs the individual copies: their metadata and rewards come with it.
+        style="individual" if tree else request.style,
         reward_discount=request.discount,
         aggregate=request.aggregate,
         mode=mode,
@@ -272,7 +285,7 @@ def export_body(
     ]
     if export_format == "areal":
         return {"interactions": _areal_interactions(exported), "not_exported": not_exported}
-    return {
+    body = {
         "session_id": record.session_id,
         "task_id": record.task_id,
         "state": record.state.value,
@@ -280,9 +293,21 @@ def export_body(
         "discount": request.discount,
         "discount_mode": mode,
         "link_factors": factors,
-        "interactions": [_encode(node) for node in exported.values()],
+        "interactions": [(_metadata if tree else _encode)(node) for node in exported.values()],
         "not_exported": not_exported,
     }
+    if tree:
+        body["tree"] = _tree(list(exported.values()))
+    return body
+
+
+def _tree(exported: list[InteractionWithTokenLogpReward]) -> dict[str, Any]:
+    # Imported here: only a tree export needs the training package.
+    from rltap.export import export_tree
+    from rltap.train.pack_io import encode_pack
+
+    rewards = {node.interaction_id: float(node.reward or 0.0) for node in exported}
+    return encode_pack(export_tree(exported, rewards))
 
 
 def _areal_interactions(
