@@ -2,17 +2,40 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+from rltap._lazy import lazy_getattr
 from rltap.train.batches import micro_batches, split_pack
+from rltap.train.forward import Attention, packed_logprobs
 from rltap.train.layouts import VERL_KEYS, leaf_values, verl_batch
 from rltap.train.pack import PackLeaf, TreePack, pack_interactions
 
+if TYPE_CHECKING:
+    from rltap.train.masks import tree_attention_mask, tree_block_mask, tree_mask_mod
+
 __all__ = [
     "VERL_KEYS",
+    "Attention",
     "PackLeaf",
     "TreePack",
     "leaf_values",
     "micro_batches",
     "pack_interactions",
+    "packed_logprobs",
     "split_pack",
+    "tree_attention_mask",
+    "tree_block_mask",
+    "tree_mask_mod",
     "verl_batch",
 ]
+
+# The masks are torch tensors: imported on first use, so `import rltap.train` needs no torch.
+_lazy_getattr = lazy_getattr(
+    "rltap.train",
+    globals(),
+    dict.fromkeys(("tree_attention_mask", "tree_block_mask", "tree_mask_mod"), "rltap.train.masks"),
+)
+
+
+def __getattr__(name: str) -> Any:
+    return _lazy_getattr(name)

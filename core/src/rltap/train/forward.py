@@ -1,0 +1,98 @@
+"""The packed forward pass: every token's logprob in a `TreePack` from one forward of the model.
+
+The model runs once over the whole pack: `input_ids` in depth-first order, `position_ids` = each
+token's depth (the position it has in every sequence that contains it), and an attention mask
+that lets each token see its ancestors and itself only (`rltap.train.masks`). Each token's
+hidden state is then the one it has at the end of any sequence through it, so a token's logprob
+is read from its parent's logits: `log_softmax(logits[parent] / T)[token]`, as the engines
+record it and as a plain forward over a leaf's whole sequence computes it (equal within 1e-5 in
+fp32, `tests/train/test_packed_forward.py`).
+
+A root (a token without a parent) has no context to be predicted from: its logprob is 0.0, the
+value every export stores on prompt tokens, so a sum weighted by `loss_mask` stays finite.
+
+`attention` must name the attention the model was loaded with (`attn_implementation=...`);
+transformers has no public getter for it, and each takes its own mask:
+
+- `"sdpa"` (transformers' default): the dense 4D bool mask;
+- `"eager"`: the same mask in additive form (eager attention adds the mask to its scores);
+- `"flex_attention"`: a FlexAttention `BlockMask` built from the intervals, with no `N x N`
+  tensor. On CUDA this is the fast path. On CPU (torch 2.13) it runs only without gradients
+  (FlexAttention's CPU backend has no backward: `NotImplementedError`), and transformers
+  compiles FlexAttention on first use, which takes tens of seconds there. torch 2.13's CPU
+  compiler also fails to recompile the kernel for a second pack of another length that spans
+  several blocks (`CppCompileError`: "'cur_qSplitSize8' was not declared");
+  `torch.compiler.reset()` before such a pack compiles it afresh
+  (`bench/packed_forward_exactness.py` does).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal
+
+from rltap.train.pack import TreePack
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["Attention", "packed_logprobs"]
+
+Attention = Literal["sdpa", "eager", "flex_attention"]
+
+
+def packed_logprobs(
+    model: torch.nn.Module,
+    pack: TreePack,
+    *,
+    attention: Attention = "sdpa",
+    temperature: float = 1.0,
+    block_size: int = 128,
+) -> torch.Tensor:
+    """The logprob of each of `pack`'s tokens given its ancestors, `[len(pack)]` on the model's
+    device (0.0 at a root), from one forward pass of the Hugging Face causal LM `model`: float32
+    (float64 for a float64 model, which shows the packing exact to ~1e-12).
+
+    Gradients flow through it when grad mode is on (the training loss is built on it).
+    `temperature` divides the logits first, as the engines' recorded logprobs do;
+    `block_size` is the FlexAttention block (only for `"flex_attention"`)."""
+    import torch
+
+    device = next(model.parameters()).device
+    n = len(pack)
+    if n == 0:
+        return torch.zeros(0, dtype=torch.float32, device=device)
+    ids = torch.as_tensor(pack.input_ids, dtype=torch.long, device=device)
+    positions = torch.as_tensor(pack.position_ids, dtype=torch.long, device=device)
+    mask = _attention_mask(model, pack, attention, block_size, device)
+    output: Any = model(
+        input_ids=ids[None], position_ids=positions[None], attention_mask=mask, use_cache=False
+    )
+    logits = output.logits[0]
+    parents = torch.as_tensor(pack.parent_index, dtype=torch.long, device=device)
+    child = torch.nonzero(parents >= 0)[:, 0]
+    # log_softmax, not logits - logsumexp: the two round apart by ~1e-5 on a 150k vocabulary,
+    # and the engines and a plain forward use log_softmax.
+    dtype = torch.promote_types(logits.dtype, torch.float32)
+    logp = torch.log_softmax(logits[parents[child]].to(dtype) / temperature, dim=-1)
+    chosen = logp.gather(-1, ids[child, None])[:, 0]
+    return torch.zeros(n, dtype=dtype, device=device).index_put((child,), chosen)
+
+
+def _attention_mask(
+    model: torch.nn.Module,
+    pack: TreePack,
+    attention: Attention,
+    block_size: int,
+    device: torch.device,
+) -> Any:
+    from rltap.train.masks import tree_attention_mask, tree_block_mask
+
+    if attention == "sdpa":
+        return tree_attention_mask(pack, device=device)
+    if attention == "eager":
+        dtype = next(model.parameters()).dtype
+        return tree_attention_mask(pack, device=device, dtype=dtype)
+    if attention == "flex_attention":
+        return tree_block_mask(pack, block_size=block_size, device=device)
+    msg = f"attention must be one of 'sdpa', 'eager', 'flex_attention', got {attention!r}"
+    raise ValueError(msg)
