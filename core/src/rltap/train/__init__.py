@@ -8,7 +8,8 @@ from rltap._lazy import lazy_getattr
 from rltap.train.batches import micro_batches, split_pack
 from rltap.train.forward import Attention, packed_logprobs
 from rltap.train.layouts import VERL_KEYS, leaf_values, verl_batch
-from rltap.train.pack import PackLeaf, TreePack, pack_interactions
+from rltap.train.pack import PackLeaf, TreePack, merge_tries, pack_interactions
+from rltap.train.pack_io import decode_pack, encode_pack, load_packs, save_packs
 
 if TYPE_CHECKING:
     from rltap.train.masks import tree_attention_mask, tree_block_mask, tree_mask_mod
@@ -18,10 +19,15 @@ __all__ = [
     "Attention",
     "PackLeaf",
     "TreePack",
+    "decode_pack",
+    "encode_pack",
     "leaf_values",
+    "load_packs",
+    "merge_tries",
     "micro_batches",
     "pack_interactions",
     "packed_logprobs",
+    "save_packs",
     "split_pack",
     "tree_attention_mask",
     "tree_block_mask",
