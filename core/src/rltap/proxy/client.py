@@ -242,10 +242,7 @@ def _sequences(body: Mapping[str, Any]) -> dict[str, TokenSequence]:
     ends |= {pack.interaction_ids[k]: index for k, index in last.items()}
     sequences = {}
     for item in body["interactions"]:
-        path = [ends[item["interaction_id"]]]
-        while (above := int(pack.parent_index[path[-1]])) >= 0:
-            path.append(above)
-        path.reverse()
+        path = pack.path_to(ends[item["interaction_id"]])
         prompt, output = path[: item["input_len"]], path[item["input_len"] :]
         sequence = TokenSequence()
         sequence.append_prompt(pack.input_ids[prompt].tolist())

@@ -77,7 +77,7 @@ def split_pack(pack: TreePack, max_tokens: int) -> list[TreePack]:
             )
             raise ContextLengthExceeded(msg)
         start, end = cut, int(current.subtree_end[cut])
-        context = _ancestors(current, cut)
+        context = current.path_to(cut)[:-1]  # its ancestors: the piece's prompt again
         everything = np.arange(len(current))
         rest = everything[(everything < start) | (everything >= end)]
         # The remainder comes out first, then the moved subtree, each split further if needed.
@@ -105,15 +105,6 @@ def _best_cut(pack: TreePack, max_tokens: int) -> int | None:
     candidates = np.flatnonzero(fits) if fits.any() else np.arange(len(branch_children))
     best = candidates[np.argmax(sizes[candidates])]
     return int(branch_children[best])
-
-
-def _ancestors(pack: TreePack, index: int) -> np.ndarray:
-    path = []
-    at = int(pack.parent_index[index])
-    while at >= 0:
-        path.append(at)
-        at = int(pack.parent_index[at])
-    return np.array(path[::-1], dtype=np.int64)
 
 
 def _subset(pack: TreePack, kept: np.ndarray, context: np.ndarray) -> TreePack:

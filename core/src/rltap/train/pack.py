@@ -74,6 +74,14 @@ class TreePack:
         """Whether token i attends to token j (j is i or one of its ancestors)."""
         return bool(j <= i < self.subtree_end[j])
 
+    def path_to(self, index: int) -> np.ndarray:
+        """The indices from a root down to token `index` (int32), its whole sequence."""
+        path = []
+        while index >= 0:
+            path.append(index)
+            index = int(self.parent_index[index])
+        return np.array(path[::-1], dtype=np.int32)
+
     def leaf_sequence(self, leaf: PackLeaf) -> np.ndarray:
         sequence: np.ndarray = self.input_ids[leaf.path]
         return sequence
@@ -127,7 +135,7 @@ def pack_interactions(
         if node.interaction_id not in continued:
             last = position[id(ends[node.interaction_id][0])]
             reward = float(rewards.get(node.interaction_id, 0.0))
-            pack.leaves.append(PackLeaf(node.interaction_id, reward, _path(pack, last)))
+            pack.leaves.append(PackLeaf(node.interaction_id, reward, pack.path_to(last)))
     return pack
 
 
@@ -160,7 +168,7 @@ def merge_tries(packs: Sequence[TreePack]) -> TreePack:
         raise ValueError(msg)
     merged, position = _flatten(root, interaction_ids, rewards)
     for leaf, node in ends:
-        path = _path(merged, position[id(node)])
+        path = merged.path_to(position[id(node)])
         merged.leaves.append(PackLeaf(leaf.interaction_id, leaf.reward, path))
     return merged
 
@@ -222,12 +230,3 @@ def _flatten(
         interaction_ids=interaction_ids,
     )
     return pack, {id(node): index for index, node in enumerate(tokens)}
-
-
-def _path(pack: TreePack, last: int) -> np.ndarray:
-    """The indices from a root down to `last`."""
-    path = []
-    while last >= 0:
-        path.append(last)
-        last = int(pack.parent_index[last])
-    return np.array(path[::-1], dtype=np.int32)
