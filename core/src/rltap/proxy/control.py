@@ -39,7 +39,7 @@ from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from rltap.errors import Conflict, InvalidRequest
-from rltap.export import ExportStyle
+from rltap.export import ExportStyle, export_tree
 from rltap.proxy.requests import request_key
 from rltap.proxy.routing import (
     AdminRoute,
@@ -303,7 +303,6 @@ def export_body(
 
 def _tree(exported: list[InteractionWithTokenLogpReward]) -> dict[str, Any]:
     # Imported here: only a tree export needs the training package.
-    from rltap.export import export_tree
     from rltap.train.pack_io import encode_pack
 
     rewards = {node.interaction_id: float(node.reward or 0.0) for node in exported}
