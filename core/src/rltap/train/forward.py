@@ -33,9 +33,10 @@ from typing import TYPE_CHECKING, Any, Literal
 from rltap.train.pack import TreePack
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
 
-__all__ = ["Attention", "packed_logprobs"]
+__all__ = ["Attention", "packed_logprobs", "packed_token_stats"]
 
 Attention = Literal["sdpa", "eager", "flex_attention"]
 
@@ -59,23 +60,73 @@ def packed_logprobs(
 
     device = next(model.parameters()).device
     n = len(pack)
-    if n == 0:
-        return torch.zeros(0, dtype=torch.float32, device=device)
-    ids = torch.as_tensor(pack.input_ids, dtype=torch.long, device=device)
-    positions = torch.as_tensor(pack.position_ids, dtype=torch.long, device=device)
-    mask = _attention_mask(model, pack, attention, block_size, device)
-    output: Any = model(
-        input_ids=ids[None], position_ids=positions[None], attention_mask=mask, use_cache=False
-    )
-    logits = output.logits[0]
     parents = torch.as_tensor(pack.parent_index, dtype=torch.long, device=device)
     child = torch.nonzero(parents >= 0)[:, 0]
+    if len(child) == 0:
+        return torch.zeros(n, dtype=torch.float32, device=device)
+    logp = _token_log_softmax(model, pack, child, attention, temperature, block_size)
+    chosen = logp.gather(-1, torch.as_tensor(pack.input_ids, device=device)[child, None])[:, 0]
+    return torch.zeros(n, dtype=chosen.dtype, device=device).index_put((child,), chosen)
+
+
+def packed_token_stats(
+    model: torch.nn.Module,
+    pack: TreePack,
+    tokens: np.ndarray,
+    *,
+    attention: Attention = "sdpa",
+    temperature: float = 1.0,
+    block_size: int = 128,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The logprob and the entropy of the next-token distribution of each of `tokens` (indices
+    into `pack`, each with a parent), from one forward pass: what the training loss needs.
+
+    Logits are computed only where they are read, at the tokens' parents (transformers'
+    `logits_to_keep`), so a pack of N tokens costs a `[len(parents), vocab]` logits tensor, not
+    `[N, vocab]`: on a 150k vocabulary that is most of the memory of a training forward."""
+    import torch
+
+    device = next(model.parameters()).device
+    index = torch.as_tensor(tokens, dtype=torch.long, device=device)
+    if bool((torch.as_tensor(pack.parent_index, device=device)[index] < 0).any()):
+        msg = "every token needs a parent: a root has no next-token distribution"
+        raise ValueError(msg)
+    logp = _token_log_softmax(model, pack, index, attention, temperature, block_size)
+    ids = torch.as_tensor(pack.input_ids, dtype=torch.long, device=device)[index]
+    chosen = logp.gather(-1, ids[:, None])[:, 0]
+    entropy = -(logp.exp() * logp).sum(-1)
+    return chosen, entropy
+
+
+def _token_log_softmax(
+    model: torch.nn.Module,
+    pack: TreePack,
+    tokens: torch.Tensor,
+    attention: Attention,
+    temperature: float,
+    block_size: int,
+) -> torch.Tensor:
+    """log_softmax(logits[parent] / T) for each of `tokens`, `[len(tokens), vocab]`."""
+    import torch
+
+    device = tokens.device
+    ids = torch.as_tensor(pack.input_ids, dtype=torch.long, device=device)
+    positions = torch.as_tensor(pack.position_ids, dtype=torch.long, device=device)
+    parents = torch.as_tensor(pack.parent_index, dtype=torch.long, device=device)[tokens]
+    keep, row = torch.unique(parents, return_inverse=True)  # siblings share their parent's row
+    mask = _attention_mask(model, pack, attention, block_size, device)
+    output: Any = model(
+        input_ids=ids[None],
+        position_ids=positions[None],
+        attention_mask=mask,
+        use_cache=False,
+        logits_to_keep=keep,
+    )
+    logits = output.logits[0][row]
     # log_softmax, not logits - logsumexp: the two round apart by ~1e-5 on a 150k vocabulary,
     # and the engines and a plain forward use log_softmax.
     dtype = torch.promote_types(logits.dtype, torch.float32)
-    logp = torch.log_softmax(logits[parents[child]].to(dtype) / temperature, dim=-1)
-    chosen = logp.gather(-1, ids[child, None])[:, 0]
-    return torch.zeros(n, dtype=dtype, device=device).index_put((child,), chosen)
+    return torch.log_softmax(logits.to(dtype) / temperature, dim=-1)
 
 
 def _attention_mask(

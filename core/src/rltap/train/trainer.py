@@ -1,0 +1,182 @@
+"""One policy update from a step's tree packs: advantages, micro-batches, the loss, AdamW.
+
+`PolicyTrainer.step(packs, version)`:
+
+1. advantages into each pack (`rltap.train.advantages`; group-normalised by default);
+2. the packs are dealt round-robin into `minibatches` groups, one optimizer step each (PPO's
+   several updates on one batch); each group is cut into token-budget micro-batches
+   (`rltap.train.batches.micro_batches`, first-fit decreasing, large trees split at branch
+   points);
+3. with more than one minibatch, the proximal logprobs (the weights at the start of the step)
+   are computed for every micro-batch first, without gradients; with one, the policy being
+   trained is the proximal one (`rltap.train.loss`);
+4. per micro-batch: one packed forward (`packed_token_stats`: logprob and entropy at the
+   trainable tokens only), `policy_loss`, backward of its sum divided by the group's token
+   count (gradient accumulation: the same gradient as one forward over the whole group);
+   then gradient clipping and the AdamW step.
+
+The trainer only trains; pushing the weights to the engine and bumping the version is the
+loop's (`rltap.train.loop`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from rltap.train.advantages import Normalisation, assign_advantages, trainable_tokens
+from rltap.train.batches import micro_batches
+from rltap.train.forward import Attention, packed_token_stats
+from rltap.train.loss import LossSettings, LossSums, policy_loss
+from rltap.train.pack import TreePack
+
+__all__ = ["PolicyTrainer", "TrainSettings"]
+
+
+@dataclass(frozen=True, slots=True)
+class TrainSettings:
+    """How a step updates the policy (the `rltap train` flags of the same names)."""
+
+    lr: float = 1e-5
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    micro_batch_tokens: int = 2048
+    minibatches: int = 1
+    max_staleness: int = 1
+    temperature: float = 1.0
+    attention: Attention = "sdpa"
+    advantages: Normalisation = "group"
+    loss: LossSettings = field(default_factory=LossSettings)
+
+
+@dataclass(slots=True)
+class _Work:
+    """A micro-batch and its trainable tokens, with their fixed per-token inputs."""
+
+    pack: TreePack
+    tokens: np.ndarray
+    behaviour: torch.Tensor
+    advantages: torch.Tensor
+    proximal: torch.Tensor | None = None
+    reference: torch.Tensor | None = None
+
+
+class PolicyTrainer:
+    """AdamW on a Hugging Face causal LM, one `step` per batch of tree packs.
+
+    `reference` (a frozen copy of the initial model) is needed for a KL penalty
+    (`settings.loss.kl_coef > 0`)."""
+
+    def __init__(
+        self, model: Any, settings: TrainSettings, *, reference: Any | None = None
+    ) -> None:
+        if settings.loss.kl_coef > 0 and reference is None:
+            msg = "a KL penalty (kl_coef > 0) needs the reference model"
+            raise ValueError(msg)
+        self.model = model
+        self.settings = settings
+        self.reference = reference
+        self.optimizer = torch.optim.AdamW(
+            model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay
+        )
+
+    def step(self, packs: Sequence[TreePack], version: int) -> dict[str, float]:
+        """Train on `packs` as the policy of `version`; returns the step's metrics."""
+        s = self.settings
+        assign_advantages(packs, s.advantages)
+        groups = [list(packs[i :: s.minibatches]) for i in range(min(s.minibatches, len(packs)))]
+        plans = [self._plan(group, version) for group in groups]
+        stale = sum(n for _, n in plans)
+        if s.minibatches > 1:
+            self._fill_proximal([w for work, _ in plans for w in work])
+        totals = LossSums(torch.zeros(()), 0, 0.0, 0.0, 0.0)
+        norms = []
+        self.model.train()
+        for work, _ in plans:
+            tokens = sum(len(w.tokens) for w in work)
+            if tokens == 0:
+                continue
+            self.optimizer.zero_grad(set_to_none=True)
+            for w in work:
+                sums = self._loss(w)
+                (sums.loss / tokens).backward()
+                _accumulate(totals, sums)
+            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), s.max_grad_norm)
+            norms.append(float(norm))
+            self.optimizer.step()
+        self.model.eval()
+        return _metrics(totals, stale, norms)
+
+    def _plan(self, packs: list[TreePack], version: int) -> tuple[list[_Work], int]:
+        work, stale = [], 0
+        for pack in micro_batches(packs, self.settings.micro_batch_tokens):
+            tokens, left_out = trainable_tokens(pack, version, self.settings.max_staleness)
+            stale += left_out
+            if len(tokens):
+                work.append(
+                    _Work(
+                        pack,
+                        tokens,
+                        torch.as_tensor(pack.logprobs[tokens], dtype=torch.float32),
+                        torch.as_tensor(pack.advantages[tokens], dtype=torch.float32),
+                    )
+                )
+        if self.reference is not None:
+            for w in work:
+                w.reference = self._logprobs(self.reference, w)
+        return work, stale
+
+    def _fill_proximal(self, work: list[_Work]) -> None:
+        self.model.eval()
+        for w in work:
+            w.proximal = self._logprobs(self.model, w)
+
+    def _logprobs(self, model: Any, w: _Work) -> torch.Tensor:
+        with torch.no_grad():
+            logp, _ = self._stats(model, w)
+        return logp
+
+    def _stats(self, model: Any, w: _Work) -> tuple[torch.Tensor, torch.Tensor]:
+        s = self.settings
+        return packed_token_stats(
+            model, w.pack, w.tokens, attention=s.attention, temperature=s.temperature
+        )
+
+    def _loss(self, w: _Work) -> LossSums:
+        logp, entropy = self._stats(self.model, w)
+        device = logp.device
+        proximal = logp.detach() if w.proximal is None else w.proximal
+        return policy_loss(
+            logp,
+            w.behaviour.to(device),
+            proximal,
+            w.advantages.to(device),
+            self.settings.loss,
+            entropy=entropy,
+            reference=w.reference,
+        )
+
+
+def _accumulate(totals: LossSums, sums: LossSums) -> None:
+    totals.loss = totals.loss + sums.loss.detach().cpu()
+    totals.tokens += sums.tokens
+    totals.clipped += sums.clipped
+    totals.entropy += sums.entropy
+    totals.kl += sums.kl
+
+
+def _metrics(totals: LossSums, stale: int, norms: list[float]) -> dict[str, float]:
+    n = max(1, totals.tokens)
+    return {
+        "loss": float(totals.loss) / n,
+        "tokens": float(totals.tokens),
+        "stale_tokens": float(stale),
+        "clip_fraction": totals.clipped / n,
+        "entropy": totals.entropy / n,
+        "kl": totals.kl / n,
+        "grad_norm": max(norms, default=0.0),
+    }
