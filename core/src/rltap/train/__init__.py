@@ -10,14 +10,21 @@ from rltap.train.forward import Attention, packed_logprobs
 from rltap.train.layouts import VERL_KEYS, leaf_values, verl_batch
 from rltap.train.pack import PackLeaf, TreePack, merge_tries, pack_interactions
 from rltap.train.pack_io import decode_pack, encode_pack, load_packs, save_packs
+from rltap.train.run_dir import METRICS, REWARD_PLOT, TENSORBOARD, TRAIN_EXTRA, Checkpoint, RunDir
 
 if TYPE_CHECKING:
     from rltap.train.masks import tree_attention_mask, tree_block_mask, tree_mask_mod
 
 __all__ = [
+    "METRICS",
+    "REWARD_PLOT",
+    "TENSORBOARD",
+    "TRAIN_EXTRA",
     "VERL_KEYS",
     "Attention",
+    "Checkpoint",
     "PackLeaf",
+    "RunDir",
     "TreePack",
     "decode_pack",
     "encode_pack",
