@@ -458,7 +458,11 @@ def vllm_model_dir(tiny_model_dir: Path) -> Path:
 def vllm_server(vllm_model_dir: Path) -> Iterator[VLLMServer]:
     # The guidance backend reads the llguidance Lark grammars rltap sends for tool calls.
     backend = ("--structured-outputs-config", '{"backend": "guidance"}')
-    with VLLMServer.started(vllm_model_dir, max_model_len=1024, extra_args=backend) as server:
+    # Development mode: the weight sync test reloads weights through vLLM's /pause, /resume and
+    # /collective_rpc routes.
+    with VLLMServer.started(
+        vllm_model_dir, max_model_len=1024, extra_args=backend, dev_mode=True
+    ) as server:
         print(f"vLLM server started in {server.startup_seconds:.1f} s")
         started = time.perf_counter()
         server.warm_up()
@@ -500,6 +504,19 @@ async def test_vllm_generate_and_stream_agree_for_greedy(vllm: VLLMEngine) -> No
     assert streamed.stop_reason is generated.stop_reason
 
 
+def _logprob_diff(model: Any, response: ModelResponse) -> float:
+    """The largest gap between `response`'s output logprobs and `model`'s own (raw, T=1)."""
+    import torch
+
+    sequence = torch.tensor([response.input_tokens + response.output_tokens])
+    with torch.no_grad():
+        logits = model(sequence).logits[0, :-1].float()
+    reference = torch.log_softmax(logits, dim=-1)
+    targets = sequence[0, 1:]
+    expected = reference.gather(1, targets[:, None])[:, 0][len(response.input_tokens) - 1 :]
+    return float((torch.tensor(response.output_logprobs) - expected).abs().max().item())
+
+
 @pytest.mark.vllm
 @pytest.mark.slow
 async def test_vllm_logprobs_match_a_transformers_forward_pass(
@@ -513,13 +530,7 @@ async def test_vllm_logprobs_match_a_transformers_forward_pass(
     assert response.output_len > 0
 
     model = AutoModelForCausalLM.from_pretrained(str(vllm_model_dir), dtype=torch.float32)
-    sequence = torch.tensor([response.input_tokens + response.output_tokens])
-    with torch.no_grad():
-        logits = model(sequence).logits[0, :-1].float()
-    reference = torch.log_softmax(logits, dim=-1)
-    targets = sequence[0, 1:]
-    expected = reference.gather(1, targets[:, None])[:, 0][len(PROMPT) - 1 :]
-    diff = (torch.tensor(response.output_logprobs) - expected).abs().max().item()
+    diff = _logprob_diff(model, response)
     print(
         f"vLLM vs transformers: max abs logprob diff {diff:.2e} over {response.output_len} tokens"
     )
@@ -634,3 +645,47 @@ async def test_vllm_lark_grammar_forces_a_tool_call(vllm: VLLMEngine, qwen_token
     body = text.removeprefix("<tool_call>\n").split("\n</tool_call>")[0]
     assert orjson.loads(body)["name"] == "get_weather"
     assert orjson.loads(body)["arguments"]["unit"] in ("C", "F")
+
+
+# The module's last test: it changes the served weights, and puts the original ones back.
+@pytest.mark.vllm
+@pytest.mark.slow
+async def test_vllm_weight_sync_serves_the_trainer_models_logprobs(
+    vllm: VLLMEngine, vllm_model_dir: Path, tmp_path: Path
+) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from rltap.train.sync import VLLMSync, weight_sync
+
+    sync = weight_sync(vllm, tmp_path / "sync")
+    assert isinstance(sync, VLLMSync)
+    original = AutoModelForCausalLM.from_pretrained(str(vllm_model_dir), dtype=torch.float32)
+    trainer = AutoModelForCausalLM.from_pretrained(str(vllm_model_dir), dtype=torch.float32)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for parameter in trainer.parameters():
+            parameter.add_(0.05 * torch.randn(parameter.shape, generator=generator))
+
+    def request() -> ModelRequest:
+        return ModelRequest(input_ids=PROMPT, max_new_tokens=16, temperature=1.0, seed=11)
+
+    try:
+        started = time.perf_counter()
+        await sync.push(trainer, 3)
+        print(f"vLLM weight sync took {time.perf_counter() - started:.2f} s")
+        synced = await vllm.generate(request())
+        assert vllm.version == 3
+        assert synced.output_versions == [3] * synced.output_len
+        assert synced.output_len > 0
+        diff = _logprob_diff(trainer, synced)
+        print(f"after a sync, vLLM vs the trainer model: max abs logprob diff {diff:.2e}")
+        assert diff <= 1e-4
+        assert _logprob_diff(original, synced) > 1e-2  # the old weights are gone
+        async with aiohttp.ClientSession() as http, http.get(vllm.url + "/weight_info") as info:
+            assert (await info.json())["weight_version"] == "3"
+    finally:
+        await sync.push(original, 2)
+    restored = await vllm.generate(request())
+    assert restored.output_versions == [2] * restored.output_len
+    assert _logprob_diff(original, restored) <= 1e-4

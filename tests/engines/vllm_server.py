@@ -94,7 +94,11 @@ def _free_port() -> int:
 
 
 class VLLMServer:
-    """One `vllm.entrypoints.openai.api_server` process serving `model_dir` in fp32."""
+    """One `vllm.entrypoints.openai.api_server` process serving `model_dir` in fp32.
+
+    `dev_mode` starts it with `VLLM_SERVER_DEV_MODE=1`: vLLM's development routes (`/pause`,
+    `/resume`, `/collective_rpc`, ...), through which rltap's weight sync reloads weights.
+    """
 
     def __init__(
         self,
@@ -103,11 +107,13 @@ class VLLMServer:
         python: str | os.PathLike[str] | None = None,
         max_model_len: int = 1024,
         extra_args: tuple[str, ...] = (),
+        dev_mode: bool = False,
     ) -> None:
         self.model_dir = Path(model_dir)
         self.python = Path(python) if python is not None else None
         self.max_model_len = max_model_len
         self.extra_args = extra_args
+        self.dev_mode = dev_mode
         self.port = 0
         self.startup_seconds = 0.0
         self._process: subprocess.Popen[bytes] | None = None
@@ -154,6 +160,8 @@ class VLLMServer:
             "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "WARNING"),
             "TOKENIZERS_PARALLELISM": "false",
         }
+        if self.dev_mode:
+            env["VLLM_SERVER_DEV_MODE"] = "1"
         started = time.perf_counter()
         with self.log_path.open("wb") as log:
             self._process = subprocess.Popen(
@@ -222,9 +230,12 @@ class VLLMServer:
         timeout: float = 600.0,
         max_model_len: int = 1024,
         extra_args: tuple[str, ...] = (),
+        dev_mode: bool = False,
     ) -> Iterator[VLLMServer]:
         """Run a server for the duration of the block."""
-        server = cls(model_dir, max_model_len=max_model_len, extra_args=extra_args)
+        server = cls(
+            model_dir, max_model_len=max_model_len, extra_args=extra_args, dev_mode=dev_mode
+        )
         try:
             server.start(timeout=timeout)
             yield server

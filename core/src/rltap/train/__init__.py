@@ -14,6 +14,14 @@ from rltap.train.run_dir import METRICS, REWARD_PLOT, TENSORBOARD, TRAIN_EXTRA, 
 
 if TYPE_CHECKING:
     from rltap.train.masks import tree_attention_mask, tree_block_mask, tree_mask_mod
+    from rltap.train.sync import (
+        EmbeddedSync,
+        SGLangSync,
+        VLLMSync,
+        WeightSync,
+        save_weights,
+        weight_sync,
+    )
 
 __all__ = [
     "METRICS",
@@ -23,9 +31,13 @@ __all__ = [
     "VERL_KEYS",
     "Attention",
     "Checkpoint",
+    "EmbeddedSync",
     "PackLeaf",
     "RunDir",
+    "SGLangSync",
     "TreePack",
+    "VLLMSync",
+    "WeightSync",
     "decode_pack",
     "encode_pack",
     "leaf_values",
@@ -35,18 +47,27 @@ __all__ = [
     "pack_interactions",
     "packed_logprobs",
     "save_packs",
+    "save_weights",
     "split_pack",
     "tree_attention_mask",
     "tree_block_mask",
     "tree_mask_mod",
     "verl_batch",
+    "weight_sync",
 ]
 
 # The masks are torch tensors: imported on first use, so `import rltap.train` needs no torch.
+# The weight syncs bring in the engines' HTTP client: imported on first use too.
+_SYNC = ("EmbeddedSync", "SGLangSync", "VLLMSync", "WeightSync", "save_weights", "weight_sync")
 _lazy_getattr = lazy_getattr(
     "rltap.train",
     globals(),
-    dict.fromkeys(("tree_attention_mask", "tree_block_mask", "tree_mask_mod"), "rltap.train.masks"),
+    {
+        **dict.fromkeys(
+            ("tree_attention_mask", "tree_block_mask", "tree_mask_mod"), "rltap.train.masks"
+        ),
+        **dict.fromkeys(_SYNC, "rltap.train.sync"),
+    },
 )
 
 
