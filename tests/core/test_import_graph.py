@@ -22,6 +22,8 @@ PROXY_USERS = {
     "rltap.cli",
     "rltap.demo",
     "rltap.rollout",
+    "rltap.train.config",
+    "rltap.train.loop",
     "rltap.workflow",
     "rltap.testing.adapter_suite",
     "rltap.testing.harness",

@@ -143,7 +143,8 @@ def test_stale_tokens_are_left_out_and_counted() -> None:
     assert stale == 3
     assert list(kept) == list(generated[3:])
     kept, stale = trainable_tokens(pack, version=5, max_staleness=4)
-    assert stale == 0 and len(kept) == len(generated)
+    assert stale == 0
+    assert len(kept) == len(generated)
 
 
 def test_clipping_and_the_behaviour_cap() -> None:

@@ -1,4 +1,5 @@
-"""The `rltap` command line: `rltap serve`, `rltap rollout`, `rltap models tokenizer|tiny DIR`.
+"""The `rltap` command line: `rltap serve`, `rltap rollout`, `rltap train`, `rltap demo`,
+`rltap models tokenizer|tiny DIR`.
 
 Each top-level subcommand is one `_add_<name>_command(subparsers)` function that registers its
 parser and sets `handler` to a function `(args) -> int`; `COMMANDS` lists them in help order.
@@ -147,6 +148,29 @@ def _rollout(args: argparse.Namespace) -> int:
     return rollout_command(args)
 
 
+def _add_train_command(subparsers: _Subparsers) -> None:
+    from rltap.train.config import add_train_arguments
+
+    train = subparsers.add_parser(
+        "train",
+        help="train a model on an agent's episodes (rollouts, update, weight sync)",
+        description="Run AGENT's episodes on --data through the proxy, train --model on the "
+        "recorded tokens (tree-packed, clipped policy gradient), push the new weights to the "
+        "engine, repeat for --steps. Writes metrics.jsonl, tensorboard/, reward.png and "
+        "step-N/ checkpoints to --out; running again on the same --out resumes. Every flag "
+        "can also be a key in a YAML or TOML --config file.",
+    )
+    add_train_arguments(train)
+    train.set_defaults(handler=_train, train_parser=train)
+
+
+def _train(args: argparse.Namespace) -> int:
+    from rltap.train.config import parse_with_config
+    from rltap.train.loop import train_command
+
+    return train_command(parse_with_config(args.train_parser, args.argv[1:]))
+
+
 def _add_demo_command(subparsers: _Subparsers) -> None:
     from rltap.proxy import add_serve_arguments
 
@@ -187,6 +211,7 @@ def _demo(args: argparse.Namespace) -> int:
 COMMANDS: tuple[Callable[[_Subparsers], None], ...] = (
     _add_serve_command,
     _add_rollout_command,
+    _add_train_command,
     _add_demo_command,
     _add_models_command,
 )
@@ -205,7 +230,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (also used as the console script)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv  # `rltap train` parses its own again, its --config file's keys as defaults
     handler: Callable[[argparse.Namespace], int] = args.handler
     return handler(args)
 

@@ -21,6 +21,7 @@ duplicated.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import statistics
 import time
 from collections.abc import Iterable
@@ -31,10 +32,11 @@ from typing import Any
 import orjson
 import torch
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import Progress
 from rich.table import Table
 
 from rltap.export import ExportStyle, concat_padded_tensors
+from rltap.progress import progress_display
 from rltap.types import (
     InteractionStatus,
     InteractionWithTokenLogpReward,
@@ -248,9 +250,12 @@ async def run_rollout(
     concurrency: int = 8,
     pad_token_id: int = 0,
     console: Console | None = None,
+    progress: Progress | None = None,
 ) -> RolloutSummary:
-    """Run every row not yet finished in `out_dir`, then rewrite the batch and summary."""
-    console = console or Console(stderr=True)
+    """Run every row not yet finished in `out_dir`, then rewrite the batch and summary.
+
+    The rows' bar goes on `progress` when given (a caller's live display, e.g. `rltap train`'s),
+    and is removed at the end; otherwise on a display of its own."""
     finished = _finished_rows(out_dir)
     _drop_unfinished(out_dir, finished)
     todo = [index for index in range(len(rows)) if index not in finished]
@@ -258,15 +263,13 @@ async def run_rollout(
     live = _Live()
     summary = RolloutSummary(rows=len(rows), rows_skipped=len(rows) - len(todo))
     semaphore = asyncio.Semaphore(max(1, concurrency))
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total} rows"),
-        TextColumn("{task.fields[live]}"),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, console=console, transient=False) as progress:
-        task = progress.add_task("rollout", total=len(todo), live=live.describe())
+    with contextlib.ExitStack() as stack:
+        own = progress is None
+        if progress is None:
+            progress = stack.enter_context(progress_display(console or Console(stderr=True)))
+        task = progress.add_task("rollout rows", total=len(todo), live=live.describe())
+        if not own:
+            stack.callback(progress.remove_task, task)
 
         async def one_row(index: int) -> None:
             async with semaphore:

@@ -41,10 +41,12 @@ def assign_advantages(packs: Sequence[TreePack], normalisation: Normalisation = 
         everything = np.concatenate([r for r in segment_rewards if len(r)] or [np.zeros(0)])
         scales = [(float(everything.mean()), float(everything.std()))] * len(packs)
     elif normalisation == "group":
-        scales = [(float(r.mean()), float(r.std())) if len(r) else (0.0, 0.0) for r in segment_rewards]
+        scales = [
+            (float(r.mean()), float(r.std())) if len(r) else (0.0, 0.0) for r in segment_rewards
+        ]
     else:
         scales = [(0.0, 1.0 - _EPS)] * len(packs)
-    for pack, rewards, (mean, std) in zip(packs, segment_rewards, scales, strict=True):
+    for pack, _rewards, (mean, std) in zip(packs, segment_rewards, scales, strict=True):
         generated = pack.interaction_index >= 0
         pack.advantages = np.zeros(len(pack), dtype=np.float32)
         pack.advantages[generated] = (pack.rewards[generated] - mean) / (std + _EPS)

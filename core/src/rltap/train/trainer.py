@@ -103,7 +103,7 @@ class PolicyTrainer:
             self.optimizer.zero_grad(set_to_none=True)
             for w in work:
                 sums = self._loss(w)
-                (sums.loss / tokens).backward()
+                torch.autograd.backward(sums.loss / tokens)
                 _accumulate(totals, sums)
             norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), s.max_grad_norm)
             norms.append(float(norm))
