@@ -1,0 +1,242 @@
+"""`rltap train`: the RL loop closed on one machine.
+
+Each step k (1-based; the engine starts at policy version 0, and step k trains the policy of
+version k - 1 into version k):
+
+1. rollout: `rows-per-step` dataset rows x `group-size` episodes of the agent through the
+   proxy (`rltap.rollout.run_rollout`), exported as one token trie per row (style `tree`) into
+   `RUN/rollouts/step-k/`;
+2. train: `PolicyTrainer.step` on those packs (advantages, micro-batches, the clipped loss,
+   AdamW); tokens more than `--max-staleness` versions old are left out and counted;
+3. sync: the new weights into the engine (`rltap.train.sync.weight_sync`), which stamps
+   version k on every token it generates from then on;
+4. record: the step's metrics (`metrics.jsonl`, TensorBoard, `reward.png`) and, every
+   `--save-every` steps and at the last, a checkpoint `RUN/step-k/`.
+
+With `--async` the rollouts of step k + 1 start when step k's training starts, on the weights of
+version k - 1 until the sync lands mid-rollout (the embedded engine swaps weights between two
+decode steps; see `rltap.train.sync`): their tokens are at most one version old when trained on.
+
+Running again on the same RUN resumes after its last checkpoint: the trainer's weights and
+AdamW state are loaded, the engine gets those weights and their version, and metrics and
+rollouts of later steps (a step cut short) are dropped and run again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import secrets
+import statistics
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from rltap.progress import progress_display
+from rltap.rollout import BATCH, RolloutSummary, load_rows, run_rollout
+from rltap.train.config import train_settings
+from rltap.train.pack import TreePack
+from rltap.train.pack_io import load_packs
+from rltap.train.run_dir import Checkpoint, RunDir
+from rltap.train.sync import WeightSync, weight_sync
+from rltap.train.trainer import PolicyTrainer
+
+__all__ = ["TrainSummary", "run_training", "train_command", "train_table"]
+
+
+@dataclass(slots=True)
+class TrainSummary:
+    """What a `rltap train` call did: steps run (after resuming), the reward per step."""
+
+    run_dir: str
+    first_step: int
+    last_step: int
+    rewards: list[float] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Rollout:
+    summary: RolloutSummary
+    packs: list[TreePack]
+    seconds: float
+
+
+class _Loop:
+    """The state one `rltap train` call carries from step to step."""
+
+    def __init__(self, args: argparse.Namespace, run: RunDir, trainer: PolicyTrainer) -> None:
+        self.args = args
+        self.run = run
+        self.trainer = trainer
+        self.rows = load_rows(Path(args.data))
+        self.version = 0
+
+    def rows_of(self, step: int) -> list[Any]:
+        """Step k's rows: the dataset read in order, round and round."""
+        per = self.args.rows_per_step
+        return [self.rows[((step - 1) * per + i) % len(self.rows)] for i in range(per)]
+
+    async def rollout(self, step: int, workflow: Any, progress: Progress) -> _Rollout:
+        started = time.monotonic()
+        out = self.run.rollout_dir(step)
+        summary = await run_rollout(
+            workflow,
+            self.rows_of(step),
+            out,
+            group_size=self.args.group_size,
+            concurrency=self.args.concurrency,
+            progress=progress,
+        )
+        return _Rollout(summary, load_packs(out / BATCH), time.monotonic() - started)
+
+    async def train_and_sync(
+        self, step: int, batch: _Rollout, sync: WeightSync
+    ) -> dict[str, float]:
+        started = time.monotonic()
+        metrics = await asyncio.to_thread(self.trainer.step, batch.packs, self.version)
+        trained = time.monotonic()
+        self.version += 1
+        await sync.push(self.trainer.model, self.version)
+        rewards = [leaf.reward for pack in batch.packs for leaf in pack.leaves]
+        metrics.update(
+            reward_mean=statistics.fmean(rewards) if rewards else 0.0,
+            reward_std=statistics.pstdev(rewards) if len(rewards) > 1 else 0.0,
+            episodes_failed=float(batch.summary.episodes_failed),
+            rollout_seconds=batch.seconds,
+            train_seconds=trained - started,
+            sync_seconds=time.monotonic() - trained,
+            version=float(self.version),
+        )
+        return metrics
+
+    def record(self, step: int, metrics: dict[str, float], tokenizer: Any) -> None:
+        self.run.log(step, metrics)
+        self.run.plot_rewards()
+        if step % self.args.save_every == 0 or step == self.args.steps:
+            state = {"step": step, "version": self.version, "seed": self.args.seed}
+            model, optimizer = self.trainer.model, self.trainer.optimizer
+            self.run.save_checkpoint(step, model, tokenizer, optimizer, state)
+
+
+async def run_training(args: argparse.Namespace, console: Console) -> TrainSummary:
+    """The loop of the module docstring, from parsed `rltap train` flags."""
+    from transformers import AutoTokenizer
+
+    torch.manual_seed(args.seed)
+    run = RunDir(Path(args.out))
+    checkpoint = run.last_checkpoint()
+    run.resume_from(checkpoint)
+    first = checkpoint.step + 1 if checkpoint else 1
+    loop = _Loop(args, run, _trainer(args, checkpoint, run))
+    loop.version = int(checkpoint.state["version"]) if checkpoint else 0
+    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or args.model)
+    summary = TrainSummary(str(run.path), first, first - 1)
+    if first > args.steps:
+        console.print(f"{run.path}: all {args.steps} steps are done (step-{first - 1})")
+        return summary
+    async with _serving(args, loop, checkpoint is not None) as (workflow, sync):
+        with progress_display(console) as progress:
+            task = progress.add_task("train steps", total=args.steps, completed=first - 1, live="")
+
+            def start(step: int) -> asyncio.Task[_Rollout]:
+                return asyncio.create_task(loop.rollout(step, workflow, progress))
+
+            pending = start(first)
+            for step in range(first, args.steps + 1):
+                batch = await pending
+                ahead = args.async_rollouts and step < args.steps
+                if ahead:
+                    pending = start(step + 1)
+                metrics = await loop.train_and_sync(step, batch, sync)
+                loop.record(step, metrics, tokenizer)
+                summary.rewards.append(metrics["reward_mean"])
+                summary.last_step = step
+                live = f"reward {metrics['reward_mean']:+.3f} | v{loop.version}"
+                progress.update(task, advance=1, live=live)
+                if not ahead and step < args.steps:
+                    pending = start(step + 1)
+    run.close()
+    return summary
+
+
+def _trainer(args: argparse.Namespace, checkpoint: Checkpoint | None, run: RunDir) -> PolicyTrainer:
+    from transformers import AutoModelForCausalLM
+
+    source = str(checkpoint.path) if checkpoint else args.model
+    model: Any = AutoModelForCausalLM.from_pretrained(source, dtype="float32")
+    reference: Any = None
+    if args.kl_coef > 0:  # a frozen copy of the initial weights
+        reference = AutoModelForCausalLM.from_pretrained(args.model, dtype="float32")
+        reference.eval().requires_grad_(False)
+    trainer = PolicyTrainer(model, train_settings(args), reference=reference)
+    if checkpoint is not None:
+        run.load_optimizer(checkpoint, trainer.optimizer)
+    return trainer
+
+
+@contextlib.asynccontextmanager
+async def _serving(
+    args: argparse.Namespace, loop: _Loop, resumed: bool
+) -> AsyncIterator[tuple[Any, WeightSync]]:
+    """The engine and proxy for the run, the agent's workflow (style tree) and the sync."""
+    from rltap.proxy import ProxyServer, create_app, serve_config
+    from rltap.workflow import OpenAIProxyWorkflow, resolve_workflow
+
+    admin_key = secrets.token_urlsafe(24)
+    setup = serve_config(args, admin_key)
+    async with ProxyServer(create_app(setup.engine, setup.renderer, setup.config)) as server:
+        sync = weight_sync(setup.engine, loop.run.sync_dir())
+        if resumed:  # the engine starts from --model: give it the checkpoint's weights
+            await sync.push(loop.trainer.model, loop.version)
+        workflow = resolve_workflow(
+            args.agent,
+            proxy_addr=server.url,
+            admin_key=admin_key,
+            mode=args.mode,
+            discount=args.discount,
+            style="tree",
+            episode_timeout=args.episode_timeout,
+            subproc_workers=args.concurrency * args.group_size,
+        )
+        if not isinstance(workflow, OpenAIProxyWorkflow):
+            msg = f"{args.agent} must be an agent with run(data, **kwargs)"
+            raise SystemExit(msg)
+        try:
+            yield workflow, sync
+        finally:
+            await workflow.aclose()
+
+
+def train_table(run: RunDir) -> Table:
+    """The run's steps: reward, KL, entropy, tokens and where the time went."""
+    table = Table(title=f"rltap train: {run.path}")
+    columns = ("step", "reward mean", "reward std", "kl", "entropy", "tokens", "stale")
+    for column in (*columns, "rollout s", "train s", "sync s"):
+        table.add_column(column, justify="right")
+    for m in run.metrics():
+        table.add_row(
+            str(m["step"]), f"{m['reward_mean']:.3f}", f"{m['reward_std']:.3f}",
+            f"{m['kl']:.4f}", f"{m['entropy']:.2f}", f"{m['tokens']:.0f}",
+            f"{m['stale_tokens']:.0f}", f"{m['rollout_seconds']:.1f}",
+            f"{m['train_seconds']:.1f}", f"{m['sync_seconds']:.2f}",
+        )  # fmt: skip
+    return table
+
+
+def train_command(args: argparse.Namespace) -> int:
+    """`rltap train`: the loop, then the table of its steps and where its files are."""
+    console = Console(stderr=True)
+    summary = asyncio.run(run_training(args, console))
+    run = RunDir(Path(summary.run_dir))
+    Console().print(train_table(run))
+    Console().print(f"run files: {run.path} (metrics.jsonl, tensorboard/, reward.png, step-N/)")
+    run.close()
+    return 0
