@@ -233,6 +233,10 @@ def train_table(run: RunDir) -> Table:
 
 def train_command(args: argparse.Namespace) -> int:
     """`rltap train`: the loop, then the table of its steps and where its files are."""
+    from transformers.utils import logging as transformers_logging
+
+    # save_pretrained draws a "Writing model shards" bar at every checkpoint and vLLM sync push.
+    transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     console = Console(stderr=True)
     summary = asyncio.run(run_training(args, console))
     run = RunDir(Path(summary.run_dir))
