@@ -1,0 +1,111 @@
+"""`rltap train` end to end on the tiny model and the toy task: the run folder (metrics.jsonl,
+TensorBoard events, reward.png, step-N/ checkpoints that from_pretrained loads), tokens stamped
+with the version of the weights that generated them, resuming on the same folder, a YAML
+config file, --async with --algo ppo, and the flags' errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from safetensors.torch import load_file
+
+from rltap.cli import main
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_toy"
+AGENT = f"{EXAMPLE / 'agent.py'}:Agent"
+METRIC_KEYS = {
+    "reward_mean", "reward_std", "kl", "entropy", "clip_fraction", "tokens", "stale_tokens",
+    "rollout_seconds", "train_seconds", "sync_seconds", "loss", "grad_norm", "version",
+}  # fmt: skip
+
+
+def metrics(run: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def versions_of(run: Path, step: int) -> set[int]:
+    """The policy versions the tokens of step `step`'s rollouts carry."""
+    batch = load_file(str(run / "rollouts" / f"step-{step}" / "batch.safetensors"))
+    generated = batch["loss_mask"].bool()
+    return {int(v) for v in batch["versions"][generated]}
+
+
+@pytest.mark.slow
+def test_a_run_writes_its_folder_and_resumes(tiny_model_dir: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    config = tmp_path / "run.yaml"
+    config.write_text(
+        f"agent: {AGENT}\ndata: {EXAMPLE / 'data.jsonl'}\nmodel: {tiny_model_dir}\n"
+        f"out: {run}\nengine: transformers\nrows-per-step: 1\ngroup_size: 4\nlr: 1.0e-3\n"
+    )
+    assert main(["train", "--config", str(config), "--steps", "2"]) == 0
+    lines = metrics(run)
+    assert [line["step"] for line in lines] == [1, 2]
+    assert all(line.keys() >= METRIC_KEYS for line in lines)
+    assert [versions_of(run, step) for step in (1, 2)] == [{0}, {1}]
+    assert list((run / "tensorboard").iterdir())
+    assert (run / "reward.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    assert main(["train", "--config", str(config), "--steps", "3"]) == 0  # resumes after step-2
+    assert [line["step"] for line in metrics(run)] == [1, 2, 3]
+    assert metrics(run)[:2] == lines
+    assert versions_of(run, 3) == {2}
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(run / "step-3"))
+    assert model.config.vocab_size > 0
+    assert main(["train", "--config", str(config), "--steps", "3"]) == 0  # nothing left to do
+    assert len(metrics(run)) == 3
+
+
+@pytest.mark.slow
+def test_async_ppo_trains_on_tokens_at_most_one_version_old(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    run = tmp_path / "run"
+    argv = [
+        "train", AGENT, "--data", str(EXAMPLE / "data.jsonl"), "--model", str(tiny_model_dir),
+        "--out", str(run), "--engine", "transformers", "--steps", "3", "--rows-per-step", "2",
+        "--group-size", "2", "--async", "--algo", "ppo", "--minibatches", "2", "--kl-coef",
+        "0.05", "--save-every", "3",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    lines = metrics(run)
+    assert [line["version"] for line in lines] == [1, 2, 3]
+    assert all(line["stale_tokens"] == 0 for line in lines)
+    # step 2's rollouts started with step 1's training, on version 0 (a synchronous run's are
+    # all version 1); the sync may land mid-way
+    assert 0 in versions_of(run, 2) <= {0, 1}
+    assert 1 in versions_of(run, 3) <= {1, 2}
+    assert all(line["kl"] >= 0 for line in lines)
+    assert [p.name for p in run.glob("step-*")] == ["step-3"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--steps", "2"], "missing AGENT, --data, --model, --out"),
+        ([AGENT, "--data", "d", "--model", "m", "--out", "o", "--async", "--max-staleness", "0"],
+         "--max-staleness >= 1"),
+        ([AGENT, "--data", "d", "--model", "m", "--out", "o", "--steps", "0"],
+         "--steps must be at least 1"),
+    ],
+)  # fmt: skip
+def test_flag_errors_name_the_flag(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", *argv])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_an_unknown_config_key_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "run.toml"
+    config.write_text('agent = "a:A"\nlearning_rate = 0.1\n')
+    with pytest.raises(SystemExit):
+        main(["train", "--config", str(config)])
+    assert "unknown keys ['learning_rate']" in capsys.readouterr().err
