@@ -27,10 +27,18 @@ def cjk_share(text: str) -> float:
 
 
 class Agent:
-    """One call per episode; the reward is `cjk_share` of the reply."""
+    """One call per episode; the reward is `cjk_share` of the reply.
 
-    async def run(self, data: Any, base_url: str, api_key: str, http_client: Any) -> float:
-        client = openai.AsyncOpenAI(base_url=base_url, api_key=api_key, http_client=http_client)
+    Inline (`--mode inline`) the proxy's base_url, api_key and http_client come as keyword
+    arguments; in a subprocess (`--mode subproc`) none do, and the OpenAI client reads
+    OPENAI_BASE_URL and OPENAI_API_KEY, which the worker sets for the episode."""
+
+    async def run(self, data: Any, **proxy: Any) -> float:
+        client = openai.AsyncOpenAI(
+            base_url=proxy.get("base_url"),
+            api_key=proxy.get("api_key"),
+            http_client=proxy.get("http_client"),
+        )
         completion = await client.chat.completions.create(
             model="policy",
             messages=[{"role": "user", "content": data["prompt"]}],

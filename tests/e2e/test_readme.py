@@ -58,7 +58,7 @@ FRAMEWORK_MODULES = {
     "rltap_camel": "camel",
     "rltap_langchain": "langchain",
 }
-RUN_HERE = ("serve", "rollout", "models")
+RUN_HERE = ("serve", "rollout", "train", "models")
 _FILE_BLOCK = re.compile(r"# (?P<name>[\w.-]+\.py)")
 
 
@@ -125,6 +125,8 @@ def plan(block: CodeBlock) -> list[Step]:
         return [Step(block, "output")]
     if block.language == "tree":
         return [Step(block, "tree")]
+    if block.language == "diagram":  # a drawing: nothing to run
+        return [Step(block, "diagram")]
     msg = f"README.md:{block.line}: no rule runs a {block.language or 'plain'!r} block"
     raise NoRunner(msg)
 
@@ -152,7 +154,17 @@ def test_a_block_no_rule_covers_fails(language: str, text: str) -> None:
 
 def test_the_readme_shows_each_kind_of_block() -> None:
     kinds = {step.kind for block in BLOCKS for step in plan(block)}
-    assert kinds >= {"python", "file", "framework", "output", "make", "serve", "rollout"}
+    assert kinds >= {
+        "python",
+        "file",
+        "framework",
+        "output",
+        "make",
+        "serve",
+        "rollout",
+        "train",
+        "diagram",
+    }
     frameworks = {
         step.target for block in BLOCKS for step in plan(block) if step.kind == "framework"
     }
@@ -191,6 +203,7 @@ def _table_flags(section: str, column: int = 1) -> list[str]:
     [
         pytest.param("### `rltap serve`", 1, ["serve"], id="serve"),
         pytest.param("### `rltap rollout AGENT`", 1, ["rollout"], id="rollout"),
+        pytest.param("### `rltap train AGENT`", 1, ["train"], id="train"),
         pytest.param("### `rltap demo`", 1, ["demo"], id="demo"),
         pytest.param("## Engines", 2, ["serve", "rollout", "demo"], id="engines"),
     ],
@@ -202,10 +215,10 @@ def test_flag_tables_name_real_flags(section: str, column: int, commands: list[s
         assert not set(flags) - listed, f"rltap {command} --help lacks {set(flags) - listed}"
 
 
-def test_serve_flags_from_engine_down_also_apply_to_rollout_and_demo() -> None:
+def test_serve_flags_from_engine_down_also_apply_to_rollout_train_and_demo() -> None:
     flags = _table_flags("### `rltap serve`")
     shared = flags[flags.index("--engine") :]
-    for command in ("rollout", "demo"):
+    for command in ("rollout", "train", "demo"):
         listed = set(re.findall(r"--[a-z][a-z-]*", _help(command)))
         assert not set(shared) - listed, f"rltap {command} --help lacks {set(shared) - listed}"
 
@@ -356,6 +369,18 @@ async def _rollout(walk: Walk, step: Step) -> None:
     assert (out / "batch.safetensors").is_file()
 
 
+async def _train(walk: Walk, step: Step) -> None:
+    """`rltap train` on the tiny model, the repository's examples found from the README's cwd."""
+    examples = {arg: str(REPO_ROOT / arg) for arg in step.argv if arg.startswith("examples/")}
+    argv = walk.rltap(step, {MODEL: str(walk.model_dir), **examples})
+    await walk.run(argv, step.label)
+    out = walk.cwd / step.argv[step.argv.index("--out") + 1]
+    steps = int(step.argv[step.argv.index("--steps") + 1])
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == list(range(1, steps + 1))
+    assert (out / f"step-{steps}" / "config.json").is_file()
+
+
 async def _python(walk: Walk, step: Step) -> None:
     source = step.block.text
     mapping = {MODEL: str(walk.model_dir)}
@@ -395,6 +420,8 @@ async def _run_step(walk: Walk, step: Step) -> None:
         compile(step.block.text, step.target, "exec")
     elif step.kind == "output":
         _output(step)
+    elif step.kind == "diagram":
+        pass
     elif step.kind == "tree":
         test = REPO_ROOT / "tests" / "core" / "test_links.py"
         assert "def test_the_readme_draws_the_trees_test_links_builds" in test.read_text()
@@ -402,6 +429,8 @@ async def _run_step(walk: Walk, step: Step) -> None:
         await _serve(walk, step)
     elif step.kind == "rollout":
         await _rollout(walk, step)
+    elif step.kind == "train":
+        await _train(walk, step)
     elif step.kind == "models":
         await walk.run(walk.rltap(step, {}), step.label)
         assert (walk.cwd / step.argv[3] / "tokenizer.json").is_file()

@@ -13,6 +13,7 @@ import pytest
 from safetensors.torch import load_file
 
 from rltap.cli import main
+from rltap.train import RunDir
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_toy"
 AGENT = f"{EXAMPLE / 'agent.py'}:Agent"
@@ -82,6 +83,26 @@ def test_async_ppo_trains_on_tokens_at_most_one_version_old(
     assert 1 in versions_of(run, 3) <= {1, 2}
     assert all(line["kl"] >= 0 for line in lines)
     assert [p.name for p in run.glob("step-*")] == ["step-3"]
+
+
+def test_a_step_whose_episodes_all_fail_stops_the_run_with_their_error(
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    agent = tmp_path / "broken.py"
+    agent.write_text(
+        "class Agent:\n    async def run(self, data, **kwargs):\n"
+        "        raise ValueError('no reply today')\n"
+    )
+    argv = [
+        "train", f"{agent}:Agent", "--data", str(EXAMPLE / "data.jsonl"), "--model",
+        str(tiny_model_dir), "--out", str(tmp_path / "run"), "--engine", "transformers",
+        "--rows-per-step", "1", "--group-size", "2",
+    ]  # fmt: skip
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "step 1: all 2 episodes failed" in err
+    assert "ValueError: no reply today" in err
+    assert RunDir(tmp_path / "run").metrics() == []  # no step recorded
 
 
 @pytest.mark.parametrize(

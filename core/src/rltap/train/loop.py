@@ -49,7 +49,11 @@ from rltap.train.run_dir import Checkpoint, RunDir
 from rltap.train.sync import WeightSync, weight_sync
 from rltap.train.trainer import PolicyTrainer
 
-__all__ = ["TrainSummary", "run_training", "train_command", "train_table"]
+__all__ = ["TrainSummary", "TrainingFailed", "run_training", "train_command", "train_table"]
+
+
+class TrainingFailed(RuntimeError):
+    """A step cannot train: every episode of its rollouts failed."""
 
 
 @dataclass(slots=True)
@@ -95,6 +99,10 @@ class _Loop:
             concurrency=self.args.concurrency,
             progress=progress,
         )
+        if summary.episodes_ok == 0:
+            first = summary.errors[0] if summary.errors else "no episode ran"
+            msg = f"step {step}: all {summary.episodes_failed} episodes failed; first: {first}"
+            raise TrainingFailed(msg)
         return _Rollout(summary, load_packs(out / BATCH), time.monotonic() - started)
 
     async def train_and_sync(
@@ -218,7 +226,7 @@ async def _serving(
 def train_table(run: RunDir) -> Table:
     """The run's steps: reward, KL, entropy, tokens and where the time went."""
     table = Table(title=f"rltap train: {run.path}")
-    columns = ("step", "reward mean", "reward std", "kl", "entropy", "tokens", "stale")
+    columns = ("step", "reward", "std", "kl", "entropy", "tokens", "stale")
     for column in (*columns, "rollout s", "train s", "sync s"):
         table.add_column(column, justify="right")
     for m in run.metrics():
@@ -238,7 +246,11 @@ def train_command(args: argparse.Namespace) -> int:
     # save_pretrained draws a "Writing model shards" bar at every checkpoint and vLLM sync push.
     transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     console = Console(stderr=True)
-    summary = asyncio.run(run_training(args, console))
+    try:
+        summary = asyncio.run(run_training(args, console))
+    except TrainingFailed as exc:
+        console.print(f"[red]rltap train: {exc}")
+        return 1
     run = RunDir(Path(summary.run_dir))
     Console().print(train_table(run))
     Console().print(f"run files: {run.path} (metrics.jsonl, tensorboard/, reward.png, step-N/)")
