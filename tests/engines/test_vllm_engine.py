@@ -689,3 +689,53 @@ async def test_vllm_weight_sync_serves_the_trainer_models_logprobs(
     restored = await vllm.generate(request())
     assert restored.output_versions == [2] * restored.output_len
     assert _logprob_diff(original, restored) <= 1e-4
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_rltap_train_updates_the_vllm_server_it_trains_with(
+    vllm_server: VLLMServer, vllm_model_dir: Path, tmp_path: Path
+) -> None:
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from rltap.cli import main
+    from rltap.train.sync import weight_sync
+
+    toy = Path(__file__).resolve().parents[2] / "examples" / "train_toy"
+    run = tmp_path / "run"
+    argv = [
+        "train", f"{toy / 'agent.py'}:Agent", "--data", str(toy / "data.jsonl"),
+        "--model", str(vllm_model_dir), "--out", str(run), "--engine", "vllm",
+        "--url", vllm_server.url, "--steps", "1", "--rows-per-step", "2", "--group-size", "2",
+        "--lr", "1e-2",
+    ]  # fmt: skip
+    original = AutoModelForCausalLM.from_pretrained(str(vllm_model_dir), dtype=torch.float32)
+
+    async def served() -> ModelResponse:
+        engine = VLLMEngine(vllm_server.url)
+        try:
+            request = ModelRequest(input_ids=PROMPT, max_new_tokens=16, temperature=1.0, seed=5)
+            return await engine.generate(request)
+        finally:
+            await engine.close()
+
+    async def restore() -> None:
+        engine = VLLMEngine(vllm_server.url)
+        try:
+            await weight_sync(engine, tmp_path / "restore").push(original, 0)
+        finally:
+            await engine.close()
+
+    try:
+        assert main(argv) == 0
+        batch = load_file(str(run / "rollouts" / "step-1" / "batch.safetensors"))
+        assert set(batch["versions"][batch["loss_mask"].bool()].tolist()) == {0}
+        trained = AutoModelForCausalLM.from_pretrained(str(run / "step-1"), dtype=torch.float32)
+        after = asyncio.run(served())
+        assert _logprob_diff(trained, after) <= 1e-4  # vLLM serves the update's weights
+        assert _logprob_diff(original, after) > 1e-4
+    finally:
+        asyncio.run(restore())
+    assert _logprob_diff(original, asyncio.run(served())) <= 1e-4
