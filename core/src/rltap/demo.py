@@ -7,7 +7,14 @@ environment: the frameworks pin conflicting versions (camel-ai wants pydantic<=2
 openai-agents >=2.12.2), so no one venv holds all three; `make demo` creates them with nox. The
 runs go at once, so the engine batches their calls. Each writes the `rltap rollout` files, the
 rows it ran (`data.jsonl`) and its log (`rollout.log`) to `runs/demo-<timestamp>/<framework>/`,
-and the demo ends with one table built from their `summary.json`.
+and one table is built from their `summary.json`.
+
+Then the loop closes: `rltap train` (`rltap.train.loop.run_training`, in this process) on the toy
+task of examples/train_toy (reward: the share of CJK characters in an 8-token reply) with the
+tiny random test model, which learns it within a few steps: 5 steps of 2 rows x 6 episodes
+(2 with `--tiny`, a smoke run), the reward per step in the train table, the run folder in
+`runs/demo-<timestamp>/train/`. (SmolLM2 on the frameworks' arithmetic needs far more steps to
+move its reward than the demo's minutes allow; bench/rl_sanity.py runs that.)
 """
 
 from __future__ import annotations
@@ -34,9 +41,23 @@ from rltap.rollout import LEDGER, SUMMARY, RolloutSummary
 if TYPE_CHECKING:
     from rltap.proxy import ServeSetup
 
-__all__ = ["EXAMPLES", "DemoRun", "Example", "demo_command", "demo_table"]
+__all__ = [
+    "EXAMPLES",
+    "DemoRun",
+    "Example",
+    "demo_command",
+    "demo_table",
+    "run_train_steps",
+    "train_args",
+]
 
 _LOG_EVERY = 30.0  # seconds between progress lines when stderr is not a terminal
+TRAIN_EXAMPLE = "examples/train_toy"
+TRAIN_STEPS = 5  # the tiny model's reward climbs from about 0.1 to near 1 within these
+TRAIN_STEPS_TINY = 2
+# The learning test's settings (tests/train/test_learning.py).
+TRAIN_FLAGS = ("--rows-per-step", "2", "--group-size", "6", "--lr", "3e-3",
+               "--engine", "transformers")  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,8 +314,39 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
+def train_args(root: Path, out: Path, steps: int) -> argparse.Namespace:
+    """`rltap train`'s parsed flags for the demo's steps: the toy task on the tiny model."""
+    from rltap.testing.models import cached_tiny_model_dir
+    from rltap.train.config import add_train_arguments, parse_with_config
+
+    parser = argparse.ArgumentParser(prog="rltap train")
+    add_train_arguments(parser)
+    folder = root / TRAIN_EXAMPLE
+    argv = [
+        f"{folder / 'agent.py'}:Agent", "--data", str(folder / "data.jsonl"),
+        "--model", str(cached_tiny_model_dir()), "--out", str(out), "--steps", str(steps),
+        "--save-every", str(steps), *TRAIN_FLAGS,
+    ]  # fmt: skip
+    return parse_with_config(parser, argv)
+
+
+def run_train_steps(train: argparse.Namespace, console: Console, out: Console) -> None:
+    """The demo's training steps (`train_args`), then their table and the run's folder."""
+    from rltap.train.loop import run_training, train_table
+    from rltap.train.run_dir import RunDir
+
+    console.print(f"rltap train: {train.steps} steps of the toy task ({TRAIN_EXAMPLE}), tiny model")
+    summary = asyncio.run(run_training(train, console))
+    run = RunDir(Path(summary.run_dir))
+    out.print(train_table(run))
+    files = f"metrics.jsonl, tensorboard/, reward.png, step-{train.steps}/"
+    out.print(f"train run files: {_shown(run.path)} ({files})")
+    run.close()
+
+
 def demo_command(args: argparse.Namespace) -> int:
-    """`rltap demo`: prints the table; exit 1 unless every framework's run finished."""
+    """`rltap demo`: the frameworks' table, then the training steps' table; exit 1 unless every
+    framework's run finished (a failed training step raises)."""
     from transformers.utils import logging as transformers_logging
 
     from rltap.demo_model import demo_model
@@ -307,7 +359,10 @@ def demo_command(args: argparse.Namespace) -> int:
         raise SystemExit("--rows and --group-size must be at least 1")
     if args.tiny and args.model:
         raise SystemExit("--tiny and --model exclude each other")
-    runs = plan_runs(args, root, Path(args.out) / time.strftime("demo-%Y%m%d-%H%M%S"))
+    run_dir = Path(args.out) / time.strftime("demo-%Y%m%d-%H%M%S")
+    runs = plan_runs(args, root, run_dir)
+    # Parsed (and checked) before the minutes of rollouts, not after.
+    train = train_args(root, run_dir / "train", TRAIN_STEPS_TINY if args.tiny else TRAIN_STEPS)
     args.model, model_note = demo_model(args.model, tiny=args.tiny, say=console.print)
     console.print(f"model: {args.model}\n       {model_note}")
     admin_key = secrets.token_urlsafe(24)
@@ -317,10 +372,12 @@ def demo_command(args: argparse.Namespace) -> int:
         asyncio.run(run_all(runs, setup, admin_key, root, console))
     out = Console() if sys.stdout.isatty() else Console(width=200)
     out.print(demo_table(runs))
-    out.print(f"{model_note}\ntotal wall time {time.monotonic() - started:.1f} s")
+    out.print(model_note)
     for run in runs:
         if run.problem:
             out.print(f"[yellow]{run.framework}: {run.problem}")
         if run.summary and run.summary.errors:
             out.print(f"[yellow]{run.framework}: first episode error: {run.summary.errors[0]}")
+    run_train_steps(train, console, out)
+    out.print(f"total wall time {time.monotonic() - started:.1f} s")
     return 0 if runs and all(run.ok for run in runs) else 1
