@@ -3,7 +3,12 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.bootstrapped
-export PYTHONDONTWRITEBYTECODE := 1
+# Bytecode goes to one folder inside the venv, not next to the sources (the tree stays clean, and
+# `make clean` removes it with the venv). Not writing it at all made every process of the suite
+# (each `rltap` command a test runs, vLLM's two, each nox session's) compile torch and transformers
+# from source again: about 4 s a process. Hence off here even where the environment sets it.
+export PYTHONPYCACHEPREFIX := $(abspath $(VENV))/pycache
+unexport PYTHONDONTWRITEBYTECODE
 # nox finds uv (and the tests find rltap's console script) in the project venv.
 export PATH := $(abspath $(BIN)):$(PATH)
 
