@@ -332,16 +332,11 @@ def train_args(root: Path, out: Path, steps: int) -> argparse.Namespace:
 
 def run_train_steps(train: argparse.Namespace, console: Console, out: Console) -> None:
     """The demo's training steps (`train_args`), then their table and the run's folder."""
-    from rltap.train.loop import run_training, train_table
-    from rltap.train.run_dir import RunDir
+    from rltap.train.loop import print_run, run_training
 
     console.print(f"rltap train: {train.steps} steps of the toy task ({TRAIN_EXAMPLE}), tiny model")
     summary = asyncio.run(run_training(train, console))
-    run = RunDir(Path(summary.run_dir))
-    out.print(train_table(run))
-    files = f"metrics.jsonl, tensorboard/, reward.png, step-{train.steps}/"
-    out.print(f"train run files: {_shown(run.path)} ({files})")
-    run.close()
+    print_run(out, Path(summary.run_dir), label="train run files", shown=_shown)
 
 
 def demo_command(args: argparse.Namespace) -> int:

@@ -30,7 +30,7 @@ import contextlib
 import secrets
 import statistics
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,7 +49,14 @@ from rltap.train.run_dir import Checkpoint, RunDir
 from rltap.train.sync import WeightSync, weight_sync
 from rltap.train.trainer import PolicyTrainer
 
-__all__ = ["TrainSummary", "TrainingFailed", "run_training", "train_command", "train_table"]
+__all__ = [
+    "TrainSummary",
+    "TrainingFailed",
+    "print_run",
+    "run_training",
+    "train_command",
+    "train_table",
+]
 
 
 class TrainingFailed(RuntimeError):
@@ -239,6 +246,23 @@ def train_table(run: RunDir) -> Table:
     return table
 
 
+def print_run(
+    out: Console,
+    run_dir: Path,
+    *,
+    label: str = "run files",
+    shown: Callable[[Path], str] = str,
+) -> None:
+    """The run's train table and where its files are: what `rltap train` and `rltap demo` end
+    with (`shown` formats the folder, e.g. relative to the working directory)."""
+    with RunDir(run_dir) as run:
+        out.print(train_table(run))
+        last = run.last_checkpoint()
+        checkpoint = f", {last.path.name}/" if last else ""
+        files = f"metrics.jsonl, tensorboard/, reward.png{checkpoint}"
+        out.print(f"{label}: {shown(run.path)} ({files})")
+
+
 def train_command(args: argparse.Namespace) -> int:
     """`rltap train`: the loop, then the table of its steps and where its files are."""
     from transformers.utils import logging as transformers_logging
@@ -251,8 +275,5 @@ def train_command(args: argparse.Namespace) -> int:
     except TrainingFailed as exc:
         console.print(f"[red]rltap train: {exc}")
         return 1
-    run = RunDir(Path(summary.run_dir))
-    Console().print(train_table(run))
-    Console().print(f"run files: {run.path} (metrics.jsonl, tensorboard/, reward.png, step-N/)")
-    run.close()
+    print_run(Console(), Path(summary.run_dir))
     return 0
