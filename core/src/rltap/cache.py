@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rltap.canonical import (
     canonical_message,
@@ -35,7 +35,21 @@ from rltap.types import InteractionStatus, InteractionWithTokenLogpReward, Link,
 if TYPE_CHECKING:
     from rltap.train.pack import TreePack
 
-__all__ = ["InteractionCache"]
+__all__ = ["CacheJournal", "InteractionCache"]
+
+
+class CacheJournal(Protocol):
+    """Where a cache writes down what it records (`rltap.store`'s durable capture store).
+
+    The hooks run under the cache's lock, so they only hand the work on; `durable` waits until
+    everything handed on so far is written."""
+
+    def recorded(self, interaction: InteractionWithTokenLogpReward, order: int) -> None:
+        """`interaction` finished (complete, failed or aborted); `order`: its insertion rank."""
+
+    def rewarded(self, interaction_id: str, reward: float) -> None: ...
+
+    async def durable(self) -> None: ...
 
 
 class InteractionCache(Mapping[str, InteractionWithTokenLogpReward]):
@@ -49,7 +63,8 @@ class InteractionCache(Mapping[str, InteractionWithTokenLogpReward]):
         exported = cache.export_interactions(style="concat", reward_discount=0.9)
     """
 
-    def __init__(self) -> None:
+    def __init__(self, journal: CacheJournal | None = None) -> None:
+        self.journal = journal
         self._items: dict[str, InteractionWithTokenLogpReward] = {}
         self._order: dict[str, int] = {}
         self._roots: dict[str, bytes] = {}
@@ -153,13 +168,15 @@ class InteractionCache(Mapping[str, InteractionWithTokenLogpReward]):
                 msg = f"interaction {interaction_id!r} is already in this session"
                 raise Conflict(msg)
             prefix_parent, input_hash = self._resolve(interaction.messages, root)
-            if interaction.parent is None:
+            # A parent is found unless one is given, or the call is declared a root (a cache
+            # restored from its store keeps the tree it had).
+            if interaction.parent is None and interaction.link is not Link.ROOT:
                 prefix_parent = _by_agent(prefix_parent, agent)
                 parent, link, derived = self._link(interaction, prefix_parent, context, agent)
                 interaction.parent, interaction.link = parent, link
             else:
                 link = interaction.link = interaction.link or Link.PREFIX
-                derived = interaction.parent.agent_id
+                derived = None if interaction.parent is None else interaction.parent.agent_id
             interaction.agent_id = agent or interaction.agent_id or derived
             if interaction.parent is not None and link is not Link.SUBAGENT:
                 self._links.continued(interaction.parent.interaction_id)
@@ -169,6 +186,7 @@ class InteractionCache(Mapping[str, InteractionWithTokenLogpReward]):
             self._input_hash[interaction_id] = input_hash
             if interaction.is_complete:
                 self._index(interaction)
+                self._journal_recorded(interaction)
         return interaction
 
     def _link(
@@ -234,6 +252,7 @@ class InteractionCache(Mapping[str, InteractionWithTokenLogpReward]):
                 setattr(interaction, key, value)
             interaction.status = InteractionStatus.COMPLETE
             self._index(interaction)
+            self._journal_recorded(interaction)
             return interaction
 
     def fail(self, interaction_id: str, error: str, *, aborted: bool = False) -> None:
@@ -245,6 +264,16 @@ class InteractionCache(Mapping[str, InteractionWithTokenLogpReward]):
                     InteractionStatus.ABORTED if aborted else InteractionStatus.FAILED
                 )
                 interaction.error = error
+                self._journal_recorded(interaction)
+
+    def _journal_recorded(self, interaction: InteractionWithTokenLogpReward) -> None:
+        if self.journal is not None:
+            self.journal.recorded(interaction, self._order[interaction.interaction_id])
+
+    async def durable(self) -> None:
+        """Wait until the journal (if any) holds everything recorded so far."""
+        if self.journal is not None:
+            await self.journal.durable()
 
     def children(self, interaction_id: str) -> list[InteractionWithTokenLogpReward]:
         return [node for node in self._items.values() if node.parent_id == interaction_id]
@@ -262,6 +291,8 @@ class InteractionCache(Mapping[str, InteractionWithTokenLogpReward]):
         value = check_reward(reward)
         with self._lock:
             self[interaction_id].reward = value
+            if self.journal is not None:
+                self.journal.rewarded(interaction_id, value)
 
     def set_last_reward(self, reward: float) -> str:
         """Reward the last completed interaction; returns its id."""
@@ -271,6 +302,8 @@ class InteractionCache(Mapping[str, InteractionWithTokenLogpReward]):
                 msg = "no completed interaction in this session to reward"
                 raise InteractionNotFound(msg)
             self._items[self._last_completed].reward = value
+            if self.journal is not None:
+                self.journal.rewarded(self._last_completed, value)
             return self._last_completed
 
     @property

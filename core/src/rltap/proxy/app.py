@@ -18,6 +18,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 
+from rltap.cache import InteractionCache
 from rltap.chat.renderer import ChatRenderer
 from rltap.engines.base import InferenceEngine
 from rltap.proxy import control, conversations, generation
@@ -34,14 +35,21 @@ __all__ = ["create_app"]
 def create_app(engine: InferenceEngine, renderer: ChatRenderer, config: ProxyConfig) -> FastAPI:
     """The proxy as an ASGI app; the engine starts and stops with it."""
 
+    capture = None
+    if config.store_path is not None:
+        from rltap.store.capture import CaptureStore
+
+        capture = CaptureStore(config.store_path, config.store_retention)
+
     def new_session(session_id: str) -> Session:
-        return Session(engine, renderer, config.session, session_id=session_id)
+        cache = InteractionCache(None if capture is None else capture.journal(session_id))
+        return Session(engine, renderer, config.session, session_id=session_id, cache=cache)
 
     state = ProxyState(
         config=config,
         engine=engine,
         renderer=renderer,
-        store=SessionStore(config.admin_key, new_session, config.limits),
+        store=SessionStore(config.admin_key, new_session, config.limits, capture=capture),
         metrics=ProxyMetrics(),
     )
 
@@ -56,6 +64,8 @@ def create_app(engine: InferenceEngine, renderer: ChatRenderer, config: ProxyCon
             with contextlib.suppress(asyncio.CancelledError):
                 await reaper
             await engine.close()
+            if capture is not None:
+                capture.close()
 
     app = FastAPI(title="rltap proxy", version="0.1.0", lifespan=lifespan)
     app.state.rltap = state

@@ -38,7 +38,7 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from rltap.errors import Conflict, InvalidRequest
+from rltap.errors import Conflict, InvalidRequest, NotFound
 from rltap.export import ExportStyle, export_tree
 from rltap.proxy.requests import request_key
 from rltap.proxy.routing import (
@@ -49,8 +49,9 @@ from rltap.proxy.routing import (
     json_response,
     proxy_state,
 )
-from rltap.proxy.state import SessionRecord, SessionState
+from rltap.proxy.state import ProxyState, SessionRecord, SessionState
 from rltap.rewards import Aggregate, DiscountMode, check_link_factors, check_reward
+from rltap.session import Session
 from rltap.tensor_codec import TensorEnvelope, encode_tensors
 from rltap.types import InteractionStatus, InteractionWithTokenLogpReward
 
@@ -144,6 +145,7 @@ async def set_reward(request: Request, body: SetRewardRequest) -> Response:
         interaction_id = cache.set_last_reward(reward)
     else:
         cache.set_reward(interaction_id, reward)
+    await cache.durable()
     return json_response({"interaction_id": interaction_id, "reward": reward})
 
 
@@ -153,6 +155,7 @@ async def end_session(request: Request) -> Response:
     count = len(record.session.cache)
     state.store.end(record)
     state.metrics.open_sessions.set(state.store.open_sessions)
+    await record.session.cache.durable()
     return json_response(
         {
             "session_id": record.session_id,
@@ -178,13 +181,39 @@ async def export_trajectories(request: Request, body: ExportRequest) -> Response
     if timeout > config.max_export_wait:
         msg = f"wait_timeout must be at most {config.max_export_wait:g} seconds, got {timeout:g}"
         raise InvalidRequest(msg, param="wait_timeout")
-    record = state.store.get(body.session_id)
+    record = await _session_record(state, body.session_id)
     await _wait_until_done(record, timeout)
     # A 400 here (a bad link factor) keeps the session.
     exported = export_body(record, body, config.export_format)
     state.store.free(record)
     state.metrics.open_sessions.set(state.store.open_sessions)
+    if state.store.capture is not None:
+        state.store.capture.session_exported(record.session_id)
+        await state.store.capture.durable()
     return json_response(exported)
+
+
+async def _session_record(state: ProxyState, session_id: str) -> SessionRecord:
+    """The session in memory, else as the capture store kept it (a session of a proxy that
+    died or restarted, or one whose export grace ran out): exported once, like any other."""
+    try:
+        return state.store.get(session_id)
+    except NotFound:
+        capture = state.store.capture
+        if capture is None:
+            raise
+        stored = await asyncio.to_thread(capture.load, session_id)
+        if stored is None or stored.exported is not None:
+            raise
+    session = Session(
+        state.engine, state.renderer, state.config.session, session_id=session_id,
+        cache=stored.cache,
+    )  # fmt: skip
+    record = SessionRecord(
+        session=session, key_hash=b"", task_id=stored.task_id, state=SessionState(stored.state)
+    )
+    record.ended.set()
+    return record
 
 
 @open_routes.get("/health")

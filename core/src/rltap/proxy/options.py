@@ -65,3 +65,18 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="the /export_trajectories body when a request names no format: rltap (default) "
         "or areal (AReaL 1.0.4's, which its OpenAIProxyClient reads)",
     )
+    _add_store_arguments(parser)
+
+
+def _add_store_arguments(parser: argparse.ArgumentParser) -> None:
+    store = parser.add_argument_group("capture store")
+    store.add_argument(
+        "--store", default=None, metavar="PATH",
+        help="keep sessions, finished calls and rewards in this SQLite file (created if "
+        "missing); a proxy started again on it exports what the last one recorded",
+    )  # fmt: skip
+    store.add_argument(
+        "--store-retention", default=None, metavar="AGE|COUNT",
+        help="prune exported sessions from --store after an age (7d, 12h, 30m) or beyond a "
+        "count (the newest 1000 kept); default: keep all",
+    )  # fmt: skip

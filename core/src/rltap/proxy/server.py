@@ -10,7 +10,7 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 from fastapi import FastAPI
@@ -22,6 +22,9 @@ from rltap.engines.factory import create_engine
 from rltap.proxy.app import create_app
 from rltap.proxy.state import ProxyConfig, ProxyLimits
 from rltap.session import SessionConfig
+
+if TYPE_CHECKING:
+    from rltap.store.retention import Retention
 
 __all__ = [
     "UVICORN_OPTIONS",
@@ -160,6 +163,7 @@ def serve_config(args: argparse.Namespace, admin_key: str) -> ServeSetup:
         capacity=args.capacity, session_ttl=args.session_ttl, export_grace=args.export_grace
     )
     name = args.model_name or Path(str(args.model or tokenizer_dir)).name
+    store, retention = _store_settings(args)
     config = ProxyConfig(
         admin_key=admin_key,
         model_name=name,
@@ -167,8 +171,26 @@ def serve_config(args: argparse.Namespace, admin_key: str) -> ServeSetup:
         session=session,
         max_body_bytes=args.max_body_bytes,
         export_format=args.export_format,
+        store_path=store,
+        store_retention=retention,
     )
     return ServeSetup(engine=engine, renderer=renderer, config=config)
+
+
+def _store_settings(args: argparse.Namespace) -> tuple[Path | None, Retention | None]:
+    """`--store` and `--store-retention` (absent from commands that do not take them)."""
+    store = getattr(args, "store", None)
+    text = getattr(args, "store_retention", None)
+    if text is None:
+        return (None if store is None else Path(store)), None
+    if store is None:
+        raise SystemExit("--store-retention needs --store")
+    from rltap.store.retention import parse_retention
+
+    try:
+        return Path(store), parse_retention(text)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
 
 
 def run_serve(args: argparse.Namespace) -> int:

@@ -24,6 +24,8 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rltap.chat.renderer import ChatRenderer
 from rltap.engines.base import InferenceEngine
@@ -41,6 +43,10 @@ from rltap.protocols.openai_responses.conversations import ConversationStore
 from rltap.proxy.metrics import ProxyMetrics
 from rltap.session import Session, SessionConfig
 from rltap.tensor_codec import TensorEnvelope
+
+if TYPE_CHECKING:
+    from rltap.store.capture import CaptureStore
+    from rltap.store.retention import Retention
 
 __all__ = [
     "ProxyConfig",
@@ -63,6 +69,7 @@ class SessionState(enum.StrEnum):
     ACTIVE = "active"
     ENDED = "ended"  # by the agent (end_session)
     REAPED = "reaped"  # idle past the TTL
+    INTERRUPTED = "interrupted"  # still active when its proxy died (read back from its store)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -122,7 +129,9 @@ class SessionStore:
         new_session: Callable[[str], Session],
         limits: ProxyLimits | None = None,
         clock: Callable[[], float] = time.monotonic,
+        capture: CaptureStore | None = None,
     ) -> None:
+        self.capture = capture
         self._admin_hash = key_digest(admin_key)
         self._new_session = new_session
         self.limits = limits or ProxyLimits()
@@ -235,6 +244,8 @@ class SessionStore:
         self._by_id[session_id] = record
         self._by_key[record.key_hash] = record
         self._holding += 1
+        if self.capture is not None:
+            self.capture.session_started(session_id, record.key_hash, task_id)
         return session_id, key
 
     def get(self, session_id: str) -> SessionRecord:
@@ -251,6 +262,8 @@ class SessionStore:
         record.ended_at = self._clock()
         record.ended.set()
         self._holding -= 1
+        if self.capture is not None:
+            self.capture.session_ended(record.session_id, state.value)
 
     def free(self, record: SessionRecord) -> None:
         """Forget a session (after its export, or when its grace period ran out)."""
@@ -298,6 +311,9 @@ class ProxyConfig:
     max_export_wait: float = 600.0
     # The body `/export_trajectories` answers when a request names no `format`.
     export_format: TensorEnvelope = "rltap"
+    # The durable capture store (`rltap serve --store`); None: memory only.
+    store_path: Path | None = None
+    store_retention: Retention | None = None
 
 
 @dataclass(slots=True, kw_only=True)

@@ -1,0 +1,132 @@
+"""An interaction as a row of the capture store, and back.
+
+`interaction_row` runs on the store's writer thread (the JSON and the blobs are built there, not
+on the event loop); `restore_cache` rebuilds a session's `InteractionCache` from its rows, with
+the tree it had: each parent and link as recorded, every reward, every status.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable
+from typing import Any
+
+import orjson
+
+from rltap.cache import InteractionCache
+from rltap.canonical import tools_context
+from rltap.store.codec import float_blob, floats, int_blob, ints
+from rltap.types import (
+    InteractionStatus,
+    InteractionWithTokenLogpReward,
+    Link,
+    LogprobConvention,
+    ModelResponse,
+    StopReason,
+)
+
+__all__ = ["INSERT_INTERACTION", "interaction_row", "restore_cache"]
+
+_COLUMNS = (
+    "interaction_id", "session_id", "seq", "parent_id", "link", "agent_id", "status", "error",
+    "reward", "created", "input_len", "output_len", "max_version", "latency", "stop_reason",
+    "logprob_convention", "constrained", "chat_template", "instruction_messages", "messages",
+    "output_messages", "tools", "input_ids", "output_ids", "logprobs", "versions",
+)  # fmt: skip
+INSERT_INTERACTION = (
+    f"INSERT OR REPLACE INTO interactions ({', '.join(_COLUMNS)}) "
+    f"VALUES ({', '.join('?' * len(_COLUMNS))})"
+)
+SELECT_INTERACTIONS = f"SELECT {', '.join(_COLUMNS)} FROM interactions"
+
+
+def _json(value: Any) -> str | None:
+    return None if value is None else orjson.dumps(value).decode()
+
+
+def interaction_row(
+    session_id: str, node: InteractionWithTokenLogpReward, order: int
+) -> tuple[Any, ...]:
+    """The values of `_COLUMNS` for a finished interaction."""
+    head = (
+        node.interaction_id, session_id, order, node.parent_id,
+        None if node.link is None else node.link.value, node.agent_id, node.status.value,
+        node.error, node.reward, node.created,
+    )  # fmt: skip
+    tail = (
+        int(node.constrained), node.chat_template_type, node.instruction_messages,
+        _json(node.messages), _json(node.output_message_list), _json(node.tools),
+    )  # fmt: skip
+    return (*head, *_token_columns(node), *tail, *_token_blobs(node))
+
+
+def _token_columns(node: InteractionWithTokenLogpReward) -> tuple[Any, ...]:
+    """input_len, output_len, max_version, latency, stop_reason, logprob_convention."""
+    response = node.model_response
+    if response is None:
+        return (0, 0, -1, 0.0, None, None)
+    if not node.is_complete:  # failed after the prompt was rendered: the prompt only
+        return (response.input_len, 0, -1, response.latency, None, None)
+    return (
+        response.input_len, response.output_len, max(response.output_versions, default=-1),
+        response.latency, response.stop_reason.value, response.logprob_convention.value,
+    )  # fmt: skip
+
+
+def _token_blobs(node: InteractionWithTokenLogpReward) -> tuple[bytes | None, ...]:
+    """input_ids, output_ids, logprobs, versions."""
+    response = node.model_response
+    if response is None:
+        return (None, None, None, None)
+    if not node.is_complete:
+        return (int_blob(response.input_tokens), None, None, None)
+    return (
+        int_blob(response.input_tokens),
+        int_blob(response.output_tokens),
+        float_blob(response.output_logprobs),
+        int_blob(response.output_versions),
+    )
+
+
+def _response(row: sqlite3.Row) -> ModelResponse | None:
+    if row["output_ids"] is None:
+        return None
+    return ModelResponse(
+        input_tokens=ints(row["input_ids"]),
+        output_tokens=ints(row["output_ids"]),
+        output_logprobs=floats(row["logprobs"]),
+        output_versions=ints(row["versions"]),
+        stop_reason=StopReason(row["stop_reason"]),
+        logprob_convention=LogprobConvention(row["logprob_convention"]),
+        constrained=bool(row["constrained"]),
+        latency=row["latency"],
+    )
+
+
+def restore_cache(rows: Iterable[sqlite3.Row]) -> InteractionCache:
+    """A session's cache from its rows (in `seq` order); it journals nothing."""
+    cache = InteractionCache()
+    built: dict[str, InteractionWithTokenLogpReward] = {}
+    for row in rows:
+        tools = orjson.loads(row["tools"]) if row["tools"] is not None else None
+        parent = built.get(row["parent_id"] or "")
+        node = InteractionWithTokenLogpReward(
+            model_response=_response(row),
+            reward=row["reward"],
+            parent=parent,
+            link=Link(row["link"]) if row["link"] else Link.ROOT,
+            agent_id=row["agent_id"],
+            messages=orjson.loads(row["messages"]),
+            instruction_messages=row["instruction_messages"],
+            output_message_list=orjson.loads(row["output_messages"] or "null"),
+            tools=tools,
+            chat_template_type=row["chat_template"],
+            interaction_id=row["interaction_id"],
+            created=row["created"],
+            status=InteractionStatus(row["status"]),
+            error=row["error"],
+        )
+        if parent is None and row["parent_id"] is not None:
+            node.link, node.detached_parent_id = Link.ROOT, row["parent_id"]
+        built[node.interaction_id] = cache.add(node, tools_context(tools), row["agent_id"])
+    return cache

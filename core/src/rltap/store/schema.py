@@ -1,0 +1,82 @@
+"""The capture store's tables, and how a connection to it is opened.
+
+One row per session (its key only as the proxy's BLAKE2b digest) and one per finished
+interaction: its place in the tree (`seq`, the cache's insertion order; `parent_id`, `link`),
+its status, reward, messages (JSON) and tokens (`rltap.store.codec` blobs). The covering index
+on `(session_id, ...)` answers the viewer's session list without reading a blob.
+
+WAL with `synchronous=NORMAL`: a committed transaction survives the process being killed
+(SIGKILL included); the last transactions before a power loss may not.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+__all__ = ["SCHEMA_VERSION", "connect"]
+
+SCHEMA_VERSION = 1
+
+_TABLES = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS sessions (
+    session_id TEXT PRIMARY KEY,
+    key_hash BLOB,
+    task_id TEXT,
+    state TEXT NOT NULL,
+    started REAL NOT NULL,
+    ended REAL,
+    exported REAL
+);
+CREATE INDEX IF NOT EXISTS sessions_by_export ON sessions (exported);
+CREATE TABLE IF NOT EXISTS interactions (
+    interaction_id TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    parent_id TEXT,
+    link TEXT,
+    agent_id TEXT,
+    status TEXT NOT NULL,
+    error TEXT,
+    reward REAL,
+    created REAL NOT NULL,
+    input_len INTEGER NOT NULL,
+    output_len INTEGER NOT NULL,
+    max_version INTEGER NOT NULL,
+    latency REAL NOT NULL,
+    stop_reason TEXT,
+    logprob_convention TEXT,
+    constrained INTEGER NOT NULL,
+    chat_template TEXT NOT NULL,
+    instruction_messages INTEGER NOT NULL,
+    messages TEXT NOT NULL,
+    output_messages TEXT,
+    tools TEXT,
+    input_ids BLOB,
+    output_ids BLOB,
+    logprobs BLOB,
+    versions BLOB
+);
+CREATE INDEX IF NOT EXISTS interactions_by_session
+    ON interactions (session_id, seq, status, reward, input_len, output_len, max_version);
+"""
+
+
+def connect(path: Path, *, check_same_thread: bool = True) -> sqlite3.Connection:
+    """A connection to the store at `path`, its tables created if missing."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # isolation_level None: transactions are the explicit BEGIN/COMMIT of the writer.
+    conn = sqlite3.connect(path, check_same_thread=check_same_thread, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("PRAGMA busy_timeout=10000")
+    conn.executescript(_TABLES)
+    found = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+    if found is None:
+        conn.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+    elif int(found[0]) != SCHEMA_VERSION:
+        conn.close()
+        msg = f"{path} is a capture store of schema {found[0]}; this rltap reads {SCHEMA_VERSION}"
+        raise ValueError(msg)
+    return conn

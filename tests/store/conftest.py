@@ -1,0 +1,95 @@
+"""A store recorded by a real `rltap serve`, killed with SIGKILL mid-run, then started again.
+
+Shared by the store, export and viewer tests (one recording for the module set): session
+`ended` (a three-call chain, rewarded and ended), `open` (two calls, a reward by id and a
+failed call; still active at the kill), `siblings` (an n=2 call and a follow-up; ended).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from store_serve import ServeProcess
+
+
+@dataclass
+class RecordedSession:
+    session_id: str
+    key: str
+    # Interaction ids as the replies named them, and each reply's token logprobs.
+    replies: list[str] = field(default_factory=list)
+    logprobs: dict[str, list[float]] = field(default_factory=dict)
+
+
+@dataclass
+class Recorded:
+    store: Path
+    sessions: dict[str, RecordedSession]
+    restarted: ServeProcess
+
+
+def _chat(
+    proxy: ServeProcess, session: RecordedSession, messages: list[dict[str, Any]], **extra: Any
+) -> dict[str, Any]:
+    body = {"model": "tiny", "messages": messages, "logprobs": True, **extra}
+    reply = proxy.session("/v1/chat/completions", session.key, body)
+    assert reply.status_code == 200, reply.text
+    answer: dict[str, Any] = reply.json()
+    session.replies.append(answer["id"])
+    choice = answer["choices"][0]
+    session.logprobs[answer["id"]] = [item["logprob"] for item in choice["logprobs"]["content"]]
+    return answer
+
+
+def _conversation(proxy: ServeProcess, session: RecordedSession, turns: int) -> None:
+    messages: list[dict[str, Any]] = []
+    for turn in range(turns):
+        messages.append({"role": "user", "content": f"turn {turn} of {session.session_id[:4]}"})
+        answer = _chat(proxy, session, messages)
+        messages.append(answer["choices"][0]["message"])
+
+
+def _start(proxy: ServeProcess, task_id: str) -> RecordedSession:
+    started = proxy.admin("/rl/start_session", {"task_id": task_id}).json()
+    return RecordedSession(started["session_id"], started["api_key"])
+
+
+def _record(proxy: ServeProcess) -> dict[str, RecordedSession]:
+    ended, open_, siblings = (_start(proxy, task) for task in ("ended", "open", "siblings"))
+    _conversation(proxy, ended, 3)
+    assert proxy.session("/rl/set_reward", ended.key, {"reward": 1.0}).status_code == 200
+    assert proxy.session("/rl/end_session", ended.key, {}).status_code == 200
+
+    _conversation(proxy, open_, 2)
+    first = {"interaction_id": open_.replies[0], "reward": 0.5}
+    assert proxy.session("/rl/set_reward", open_.key, first).status_code == 200
+    too_long = [{"role": "user", "content": "word " * 9000}]
+    body = {"model": "tiny", "messages": too_long}
+    assert proxy.session("/v1/chat/completions", open_.key, body).status_code == 400
+
+    question = [{"role": "user", "content": "pick one"}]
+    pair = _chat(proxy, siblings, question, n=2)
+    follow = [*question, pair["choices"][1]["message"], {"role": "user", "content": "why?"}]
+    _chat(proxy, siblings, follow)
+    assert proxy.session("/rl/set_reward", siblings.key, {"reward": 2.0}).status_code == 200
+    assert proxy.session("/rl/end_session", siblings.key, {}).status_code == 200
+    return {"ended": ended, "open": open_, "siblings": siblings}
+
+
+@pytest.fixture(scope="session")
+def recorded(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
+    store = tmp_path_factory.mktemp("store") / "capture.sqlite"
+    first = ServeProcess(tiny_model_dir, store)
+    try:
+        sessions = _record(first)
+    finally:
+        first.kill()
+    restarted = ServeProcess(tiny_model_dir, store)
+    try:
+        yield Recorded(store, sessions, restarted)
+    finally:
+        restarted.stop()
