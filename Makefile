@@ -26,7 +26,7 @@ UV_INSTALL = $(BIN)/uv pip install --python $(BIN)/python -q
 $(STAMP): constraints.txt requirements-dev.txt core/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	test -x $(BIN)/uv || $(BIN)/python -m pip install -q uv
-	$(UV_INSTALL) -c constraints.txt $(TORCH_CPU) -e 'core[embedded,train,ray]' -r requirements-dev.txt
+	$(UV_INSTALL) -c constraints.txt $(TORCH_CPU) -e 'core[embedded,train,ray,store]' -r requirements-dev.txt
 	touch $@
 
 ## test: lint, type check, the core suite, the torch-free install, every framework integration in

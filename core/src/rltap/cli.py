@@ -1,5 +1,5 @@
-"""The `rltap` command line: `rltap serve`, `rltap rollout`, `rltap train`, `rltap demo`,
-`rltap models tokenizer|tiny DIR`.
+"""The `rltap` command line: `rltap serve`, `rltap rollout`, `rltap train`, `rltap export`,
+`rltap inspect`, `rltap demo`, `rltap models tokenizer|tiny DIR`.
 
 Each top-level subcommand is one `_add_<name>_command(subparsers)` function that registers its
 parser and sets `handler` to a function `(args) -> int`; `COMMANDS` lists them in help order.
@@ -208,10 +208,19 @@ def _demo(args: argparse.Namespace) -> int:
     return demo_command(args)
 
 
+def _add_store_commands(subparsers: _Subparsers) -> None:
+    """`rltap export` and `rltap inspect`: reading a capture store (`rltap.store`)."""
+    from rltap.store.commands import add_export_command, add_inspect_command
+
+    add_export_command(subparsers)
+    add_inspect_command(subparsers)
+
+
 COMMANDS: tuple[Callable[[_Subparsers], None], ...] = (
     _add_serve_command,
     _add_rollout_command,
     _add_train_command,
+    _add_store_commands,
     _add_demo_command,
     _add_models_command,
 )

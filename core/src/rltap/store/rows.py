@@ -25,19 +25,25 @@ from rltap.types import (
     StopReason,
 )
 
-__all__ = ["INSERT_INTERACTION", "interaction_row", "restore_cache"]
+__all__ = [
+    "COLUMNS",
+    "INSERT_INTERACTION",
+    "SELECT_INTERACTIONS",
+    "interaction_row",
+    "restore_cache",
+]
 
-_COLUMNS = (
+COLUMNS = (
     "interaction_id", "session_id", "seq", "parent_id", "link", "agent_id", "status", "error",
     "reward", "created", "input_len", "output_len", "max_version", "latency", "stop_reason",
     "logprob_convention", "constrained", "chat_template", "instruction_messages", "messages",
     "output_messages", "tools", "input_ids", "output_ids", "logprobs", "versions",
 )  # fmt: skip
 INSERT_INTERACTION = (
-    f"INSERT OR REPLACE INTO interactions ({', '.join(_COLUMNS)}) "
-    f"VALUES ({', '.join('?' * len(_COLUMNS))})"
+    f"INSERT OR REPLACE INTO interactions ({', '.join(COLUMNS)}) "
+    f"VALUES ({', '.join('?' * len(COLUMNS))})"
 )
-SELECT_INTERACTIONS = f"SELECT {', '.join(_COLUMNS)} FROM interactions"
+SELECT_INTERACTIONS = f"SELECT {', '.join(COLUMNS)} FROM interactions"
 
 
 def _json(value: Any) -> str | None:
@@ -47,7 +53,7 @@ def _json(value: Any) -> str | None:
 def interaction_row(
     session_id: str, node: InteractionWithTokenLogpReward, order: int
 ) -> tuple[Any, ...]:
-    """The values of `_COLUMNS` for a finished interaction."""
+    """The values of `COLUMNS` for a finished interaction."""
     head = (
         node.interaction_id, session_id, order, node.parent_id,
         None if node.link is None else node.link.value, node.agent_id, node.status.value,

@@ -14,9 +14,11 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-__all__ = ["SCHEMA_VERSION", "connect"]
+__all__ = ["SCHEMA_VERSION", "STORE_FILE", "connect"]
 
 SCHEMA_VERSION = 1
+# The store's name in a run folder (`rltap rollout --out`, `rltap train --out`).
+STORE_FILE = "capture.sqlite"
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);

@@ -1,0 +1,169 @@
+"""`rltap export`: a store's sessions as training files, in the export styles of `rltap.export`.
+
+Every session's restored cache exports as a live one would (`InteractionCache.export_interactions`
+or `export_tree`, rewards discounted along its tree); the files hold what comes out:
+
+- `parquet` (pyarrow) and `jsonl`: one row per exported interaction (for `concat`, per branch;
+  for `tree`, per session: its pack's per-token arrays and leaves), token columns as lists.
+  Columns: `session_id`, `task_id`, `session_state` (`ended`, `reaped`, `interrupted`, ...),
+  `interaction_id`, `parent_id`, `link`, `agent_id`, `reward` (discounted), `messages` (JSON
+  text), `output_text`, `input_ids`, `loss_mask`, `logprobs`, `versions`, `constrained`.
+  `datasets.load_dataset("parquet", data_files=PATH)` reads the Parquet file as it is.
+- `safetensors`: the batch `rltap rollout` writes (`individual` / `concat`: right-padded
+  [B, L] tensors; `tree`: one pack per session, `rltap.train.pack_io.save_packs`).
+
+Sessions open at a proxy's death are exported with `session_state` `interrupted`; calls that
+failed are never rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+
+from rltap.export import ExportStyle
+from rltap.store.capture import StoredSession
+from rltap.store.read import StoreReader
+
+__all__ = ["FILE_FORMATS", "ExportedFile", "FileFormat", "export_rows", "export_store"]
+
+FileFormat = Literal["parquet", "jsonl", "safetensors"]
+FILE_FORMATS: tuple[FileFormat, ...] = ("parquet", "jsonl", "safetensors")
+_BATCH_ROWS = 2048  # rows per Parquet row group: memory stays flat on a large store
+
+
+@dataclass(frozen=True, slots=True)
+class ExportedFile:
+    path: Path
+    sessions: int
+    rows: int
+
+
+def _interaction_rows(
+    stored: StoredSession, style: ExportStyle, discount: float
+) -> Iterator[dict[str, Any]]:
+    exported = stored.cache.export_interactions(style=style, reward_discount=discount)
+    for node in exported.values():
+        sequence = node.token_sequence()
+        yield {
+            "session_id": stored.session_id,
+            "task_id": stored.task_id,
+            "session_state": stored.state,
+            "interaction_id": node.interaction_id,
+            "parent_id": node.parent_id,
+            "link": None if node.link is None else node.link.value,
+            "agent_id": node.agent_id,
+            "reward": float(node.reward or 0.0),
+            "messages": orjson.dumps(node.messages).decode(),
+            "output_text": node.output_text,
+            "input_ids": sequence.input_ids,
+            "loss_mask": sequence.loss_mask,
+            "logprobs": sequence.logprobs,
+            "versions": sequence.versions,
+            "constrained": sequence.constrained,
+        }
+
+
+def _tree_row(stored: StoredSession, discount: float) -> dict[str, Any] | None:
+    from rltap.train.pack_io import pack_arrays
+
+    pack = stored.cache.export_tree(reward_discount=discount)
+    if not pack.interaction_ids:
+        return None
+    row: dict[str, Any] = {
+        "session_id": stored.session_id,
+        "task_id": stored.task_id,
+        "session_state": stored.state,
+        "interaction_ids": pack.interaction_ids,
+    }
+    row |= {name: array.tolist() for name, array in pack_arrays(pack).items()}
+    row["leaves"] = [
+        {"interaction_id": leaf.interaction_id, "reward": leaf.reward, "path": leaf.path.tolist()}
+        for leaf in pack.leaves
+    ]
+    return row
+
+
+def export_rows(
+    reader: StoreReader, style: ExportStyle = "individual", discount: float = 1.0
+) -> Iterator[dict[str, Any]]:
+    """The rows of every session of `reader` in `style`, rewards discounted by `discount`."""
+    for stored in reader.sessions():
+        if style == "tree":
+            row = _tree_row(stored, discount)
+            if row is not None:
+                yield row
+        else:
+            yield from _interaction_rows(stored, style, discount)
+
+
+def export_store(
+    source: Path,
+    out: Path,
+    file_format: FileFormat = "parquet",
+    style: ExportStyle = "individual",
+    discount: float = 1.0,
+    pad_token_id: int = 0,
+) -> ExportedFile:
+    """Write the store at `source` (a store or a run folder) to `out` in `file_format`."""
+    if file_format not in FILE_FORMATS:
+        msg = f"format must be one of {', '.join(FILE_FORMATS)}, got {file_format!r}"
+        raise ValueError(msg)
+    reader = StoreReader(source)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        sessions = len(reader.conn.execute("SELECT session_id FROM sessions").fetchall())
+        rows = export_rows(reader, style, discount)
+        if file_format == "jsonl":
+            count = _write_jsonl(out, rows)
+        elif file_format == "parquet":
+            from rltap.store.parquet import write_parquet
+
+            count = write_parquet(out, rows, style, batch_rows=_BATCH_ROWS)
+        elif style == "tree":
+            count = _write_packs(out, reader, discount)
+        else:
+            count = _write_batch(out, rows, pad_token_id)
+    finally:
+        reader.close()
+    return ExportedFile(path=out, sessions=sessions, rows=count)
+
+
+def _write_jsonl(out: Path, rows: Iterator[dict[str, Any]]) -> int:
+    count = 0
+    with out.open("wb") as handle:
+        for row in rows:
+            handle.write(orjson.dumps(row) + b"\n")
+            count += 1
+    return count
+
+
+def _write_packs(out: Path, reader: StoreReader, discount: float) -> int:
+    from rltap.train.pack_io import save_packs
+
+    packs = [stored.cache.export_tree(reward_discount=discount) for stored in reader.sessions()]
+    packs = [pack for pack in packs if pack.interaction_ids]
+    save_packs(out, packs)
+    return len(packs)
+
+
+def _write_batch(out: Path, rows: Iterator[dict[str, Any]], pad_token_id: int) -> int:
+    from safetensors.torch import save_file
+
+    from rltap.export import concat_padded_tensors
+    from rltap.types import TokenSequence
+
+    tensors = [
+        TokenSequence(
+            input_ids=row["input_ids"], loss_mask=row["loss_mask"],
+            logprobs=row["logprobs"], versions=row["versions"],
+        ).to_tensor_dict(row["reward"])
+        for row in rows
+    ]  # fmt: skip
+    batch = concat_padded_tensors(tensors, pad_token_id=pad_token_id)
+    save_file({key: value.contiguous() for key, value in batch.items()}, str(out))
+    return len(tensors)

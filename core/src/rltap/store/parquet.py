@@ -1,0 +1,69 @@
+"""Rows of `rltap.store.files` as a Parquet file (pyarrow), row group by row group.
+
+The schema is explicit, so token columns are `list<int32>` / `list<float32>` (the export's
+dtypes) whatever the first rows hold, and an empty store still writes a readable file.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rltap.export import ExportStyle
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["parquet_schema", "write_parquet"]
+
+_FLOAT_ARRAYS = frozenset({"logprobs", "rewards", "advantages"})  # of a pack; the rest int32
+
+
+def _pyarrow() -> Any:
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet
+    except ImportError as exc:
+        msg = "Parquet export needs pyarrow: pip install 'rltap[store]'"
+        raise ImportError(msg) from exc
+    return pa
+
+
+def parquet_schema(style: ExportStyle) -> pa.Schema:
+    """The columns of a Parquet export in `style` (see `rltap.store.files`)."""
+    pa = _pyarrow()
+    ints, floats, text = pa.list_(pa.int32()), pa.list_(pa.float32()), pa.string()
+    head = [("session_id", text), ("task_id", text), ("session_state", text)]
+    if style == "tree":
+        leaf = pa.struct([("interaction_id", text), ("reward", pa.float32()), ("path", ints)])
+        from rltap.train.pack_io import PACK_ARRAYS
+
+        per_token = [(name, floats if name in _FLOAT_ARRAYS else ints) for name in PACK_ARRAYS]
+        return pa.schema(
+            [*head, ("interaction_ids", pa.list_(text)), *per_token, ("leaves", pa.list_(leaf))]
+        )
+    return pa.schema(
+        [
+            *head,
+            ("interaction_id", text), ("parent_id", text), ("link", text), ("agent_id", text),
+            ("reward", pa.float32()), ("messages", text), ("output_text", text),
+            ("input_ids", ints), ("loss_mask", ints), ("logprobs", floats), ("versions", ints),
+            ("constrained", pa.bool_()),
+        ]
+    )  # fmt: skip
+
+
+def write_parquet(
+    out: Path, rows: Iterator[dict[str, Any]], style: ExportStyle, batch_rows: int = 2048
+) -> int:
+    """Write `rows` to `out`; returns how many."""
+    pa = _pyarrow()
+    schema = parquet_schema(style)
+    count = 0
+    with pa.parquet.ParquetWriter(str(out), schema) as writer:
+        while batch := list(itertools.islice(rows, batch_rows)):
+            writer.write_table(pa.Table.from_pylist(batch, schema=schema))
+            count += len(batch)
+    return count
