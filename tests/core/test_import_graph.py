@@ -22,6 +22,7 @@ PROXY_USERS = {
     "rltap.cli",
     "rltap.demo",
     "rltap.rollout",
+    "rltap.serving",
     "rltap.train.config",
     "rltap.train.loop",
     "rltap.workflow",

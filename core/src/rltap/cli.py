@@ -91,6 +91,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _add_rollout_command(subparsers: _Subparsers) -> None:
+    from rltap.distributed.options import add_ray_arguments
     from rltap.proxy import add_serve_arguments
 
     rollout = subparsers.add_parser(
@@ -127,6 +128,7 @@ def _add_rollout_command(subparsers: _Subparsers) -> None:
     )  # fmt: skip
     rollout.add_argument("--episode-timeout", type=float, default=None, help="seconds")
     add_serve_arguments(rollout)
+    add_ray_arguments(rollout)
     rollout.set_defaults(handler=_rollout)
 
 
@@ -145,6 +147,10 @@ def _link_factor(text: str) -> tuple[str, float]:
 def _rollout(args: argparse.Namespace) -> int:
     from rltap.rollout import rollout_command
 
+    if args.ray is not None:
+        from rltap.distributed.runs import ray_rollout
+
+        return rollout_command(args, ray_rollout)
     return rollout_command(args)
 
 

@@ -149,6 +149,7 @@ def serve_config(args: argparse.Namespace, admin_key: str) -> ServeSetup:
         url=args.url,
         script=args.script,
         num_threads=args.num_threads,
+        device=getattr(args, "device", "cpu"),  # a Ray actor given a GPU sets "cuda"
     )
     renderer = ChatRenderer.from_pretrained(tokenizer_dir, mode=args.chat_template_mode)
     parser = build_output_parser(args.tool_parser, args.reasoning_parser)

@@ -32,6 +32,7 @@ REQUIRED = ("agent", "data", "model", "out")
 
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     """Every `rltap train` flag (the engine's come from `rltap.proxy.add_serve_arguments`)."""
+    from rltap.distributed.options import add_ray_arguments
     from rltap.proxy import add_serve_arguments
 
     parser.add_argument("agent", nargs="?", help="pkg.module:Name or path/to/agent.py:Name")
@@ -69,6 +70,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     algo.add_argument("--micro-batch-tokens", type=int, default=2048, help="tokens per forward")
     algo.add_argument("--temperature", type=float, default=1.0, help="the agents' sampling T")
     add_serve_arguments(parser)
+    add_ray_arguments(parser)
 
 
 def parse_with_config(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:

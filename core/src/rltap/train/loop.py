@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import secrets
 import statistics
 import time
 from collections.abc import AsyncIterator, Callable
@@ -201,29 +200,31 @@ def _trainer(args: argparse.Namespace, checkpoint: Checkpoint | None, run: RunDi
 async def _serving(
     args: argparse.Namespace, loop: _Loop, resumed: bool
 ) -> AsyncIterator[tuple[Any, WeightSync]]:
-    """The engine and proxy for the run, the agent's workflow (style tree) and the sync."""
-    from rltap.proxy import ProxyServer, create_app, serve_config
-    from rltap.workflow import OpenAIProxyWorkflow, resolve_workflow
+    """Where the run's episodes go (this process's proxy and engine, or with `--ray` the rollout
+    actors of `rltap.distributed`, style tree either way) and the weight sync to it."""
+    serving: contextlib.AbstractAsyncContextManager[tuple[Any, WeightSync]]
+    async with contextlib.AsyncExitStack() as stack:
+        if args.ray is not None:
+            from rltap.distributed import ray_training
 
-    admin_key = secrets.token_urlsafe(24)
-    setup = serve_config(args, admin_key)
-    async with ProxyServer(create_app(setup.engine, setup.renderer, setup.config)) as server:
-        sync = weight_sync(setup.engine, loop.run.sync_dir())
+            serving = ray_training(args, loop.run.sync_dir())
+        else:
+            serving = _local_serving(args, loop.run.sync_dir())
+        episodes, sync = await stack.enter_async_context(serving)
         if resumed:  # the engine starts from --model: give it the checkpoint's weights
             await sync.push(loop.trainer.model, loop.version)
-        workflow = resolve_workflow(
-            args.agent,
-            proxy_addr=server.url,
-            admin_key=admin_key,
-            mode=args.mode,
-            discount=args.discount,
-            style="tree",
-            episode_timeout=args.episode_timeout,
-            subproc_workers=args.concurrency * args.group_size,
-        )
-        if not isinstance(workflow, OpenAIProxyWorkflow):
-            msg = f"{args.agent} must be an agent with run(data, **kwargs)"
-            raise SystemExit(msg)
+        yield episodes, sync
+
+
+@contextlib.asynccontextmanager
+async def _local_serving(
+    args: argparse.Namespace, sync_dir: Path
+) -> AsyncIterator[tuple[Any, WeightSync]]:
+    from rltap.serving import agent_workflow, local_proxy
+
+    async with local_proxy(args) as serving:
+        sync = weight_sync(serving.engine, sync_dir)
+        workflow = agent_workflow(args, serving.url, serving.admin_key, style="tree")
         try:
             yield workflow, sync
         finally:

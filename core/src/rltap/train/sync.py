@@ -58,7 +58,15 @@ if TYPE_CHECKING:
     from rltap.engines.base import InferenceEngine
     from rltap.engines.transformers import TransformersEngine
 
-__all__ = ["EmbeddedSync", "SGLangSync", "VLLMSync", "WeightSync", "save_weights", "weight_sync"]
+__all__ = [
+    "DiskSync",
+    "EmbeddedSync",
+    "SGLangSync",
+    "VLLMSync",
+    "WeightSync",
+    "save_weights",
+    "weight_sync",
+]
 
 _DEV_MODE = "VLLM_SERVER_DEV_MODE=1"
 
@@ -108,8 +116,12 @@ class EmbeddedSync:
         """Copy `model`'s weights into the engine between two decode steps (see the module
         docstring for the requests in flight). Every weight of the engine's model must be in
         `model`'s state dict: one left out would silently keep its old value."""
+        await self.push_state(model.state_dict(), version)
+
+    async def push_state(self, state: dict[str, torch.Tensor], version: int) -> None:
+        """`push` from a state dict (a Ray actor's engine gets the trainer's through the
+        object store, `rltap.distributed`)."""
         await self.engine.start()
-        state = model.state_dict()
         missing = sorted(self.engine.model.state_dict().keys() - state.keys())
         if missing:
             msg = (
@@ -138,7 +150,7 @@ async def save_weights(model: torch.nn.Module, folder: Path) -> None:
     await asyncio.to_thread(write)
 
 
-class _DiskSync(ABC):
+class DiskSync(ABC):
     """A sync through shards on disk: save them, then have the server load them (`_load`)."""
 
     def __init__(
@@ -158,6 +170,14 @@ class _DiskSync(ABC):
     async def push(self, model: torch.nn.Module, version: int) -> None:
         """Save `model` into `folder` and have the server load it; the engine's version is
         `version` afterwards."""
+        await self._sync(version, model)
+
+    async def push_saved(self, version: int) -> None:
+        """Have the server load the shards another process saved into `folder` (a trainer on
+        a disk this machine shares, `rltap.distributed`); the engine's version is `version`."""
+        await self._sync(version, None)
+
+    async def _sync(self, version: int, model: torch.nn.Module | None) -> None:
         client = EngineHTTPClient(
             self.engine.url,
             engine=self.engine.engine_name,
@@ -166,7 +186,8 @@ class _DiskSync(ABC):
         )
         try:
             await self._preflight(client)
-            await save_weights(model, self.folder)
+            if model is not None:
+                await save_weights(model, self.folder)
             await self._load(client, version)
         finally:
             await client.close()
@@ -210,7 +231,7 @@ async def _call(
     return _Reply(response.status, data, payload)
 
 
-class VLLMSync(_DiskSync):
+class VLLMSync(DiskSync):
     """Reloads a vLLM server's weights from saved shards through its development API.
 
     The server must run with `VLLM_SERVER_DEV_MODE=1` (vLLM >= 0.32's `/pause`, `/resume` and
@@ -267,7 +288,7 @@ class VLLMSync(_DiskSync):
         return reply.data
 
 
-class SGLangSync(_DiskSync):
+class SGLangSync(DiskSync):
     """Has an SGLang server load saved shards with `POST /update_weights_from_disk`.
 
     Usage:

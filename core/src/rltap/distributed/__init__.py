@@ -1,0 +1,57 @@
+"""Rollouts and training on a Ray cluster: one rollout actor per engine replica, each with its
+own proxy, the driver dispatching episodes and writing the files (`rltap rollout --ray`,
+`rltap train --ray`; docs/distributed.md).
+
+    cluster   ray.init, where each actor goes (`start_actors`, `server_node`)
+    actor     RolloutActor: engine + proxy + the agent's workflow in one actor process
+    pool      ActorPool: least loaded first, bounded in flight, lost episodes run again
+    weights   RayWeightSync: the trainer's weights into every actor's engine, same version
+    runs      the two commands' setups
+
+Ray is the `rltap[ray]` extra; this package imports it only when used.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rltap._lazy import lazy_getattr
+from rltap.distributed.cluster import RAY_EXTRA, require_ray
+from rltap.distributed.options import add_ray_arguments
+from rltap.distributed.pool import NoLiveActors
+
+if TYPE_CHECKING:
+    from rltap.distributed.actor import ActorInfo, RolloutActor
+    from rltap.distributed.pool import ActorPool
+    from rltap.distributed.runs import ray_actors, ray_rollout, ray_training
+    from rltap.distributed.weights import RayWeightSync
+
+__all__ = [
+    "RAY_EXTRA",
+    "ActorInfo",
+    "ActorPool",
+    "NoLiveActors",
+    "RayWeightSync",
+    "RolloutActor",
+    "add_ray_arguments",
+    "ray_actors",
+    "ray_rollout",
+    "ray_training",
+    "require_ray",
+]
+
+_lazy_getattr = lazy_getattr(
+    "rltap.distributed",
+    globals(),
+    {
+        "ActorInfo": "rltap.distributed.actor",
+        "RolloutActor": "rltap.distributed.actor",
+        "ActorPool": "rltap.distributed.pool",
+        "RayWeightSync": "rltap.distributed.weights",
+        **dict.fromkeys(("ray_actors", "ray_rollout", "ray_training"), "rltap.distributed.runs"),
+    },
+)
+
+
+def __getattr__(name: str) -> Any:
+    return _lazy_getattr(name)

@@ -1,0 +1,105 @@
+"""`RolloutActor`: one engine replica, its own proxy on 127.0.0.1 and the agent's workflow, in
+one Ray actor process. The driver hands it episodes (`run_lines`) and, in training, weights
+(`load_state` from the object store, `load_shards` for a server reading a shared folder).
+
+The agent runs inside the actor, inline (in its event loop) or in its subprocess pool, and
+talks to this actor's proxy: its `base_url` is the actor's, so agent code and framework
+adapters run as they do on one machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rltap.export import ExportStyle
+from rltap.rollout import LocalEpisodes
+from rltap.rollout_io import EpisodeLines
+from rltap.serving import Serving, agent_workflow, local_proxy
+
+if TYPE_CHECKING:
+    import torch
+
+    from rltap.engines.base import InferenceEngine
+
+__all__ = ["ActorInfo", "RolloutActor"]
+
+
+@dataclass(slots=True, frozen=True)
+class ActorInfo:
+    """What a started actor reports: where it runs, its proxy, its engine's version."""
+
+    pid: int
+    node_id: str
+    proxy_url: str
+    pad_token_id: int
+    version: int
+
+
+class RolloutActor:
+    """The body of a Ray actor (`ray.remote(RolloutActor)`); its methods are async, so Ray runs
+    them concurrently on one event loop, the proxy's."""
+
+    def __init__(self, args: argparse.Namespace, style: ExportStyle) -> None:
+        self._args = args
+        self._style: ExportStyle = style
+        self._stack = contextlib.AsyncExitStack()
+        self._serving: Serving | None = None
+        self._episodes: LocalEpisodes | None = None
+
+    async def start(self) -> ActorInfo:
+        """Build the engine and proxy, then the agent's workflow against that proxy."""
+        import ray
+
+        if ray.get_gpu_ids():  # GPUs Ray gave this actor: the embedded engine runs there
+            self._args.device = "cuda"
+        serving = await self._stack.enter_async_context(local_proxy(self._args))
+        workflow = agent_workflow(self._args, serving.url, serving.admin_key, style=self._style)
+        self._stack.push_async_callback(workflow.aclose)
+        self._serving, self._episodes = serving, LocalEpisodes(workflow)
+        node = str(ray.get_runtime_context().get_node_id())
+        return ActorInfo(os.getpid(), node, serving.url, serving.pad_token_id, self.version())
+
+    async def run_lines(self, row: int, episode: int, data: Any) -> EpisodeLines:
+        """One episode through this actor's proxy, as its trajectory lines."""
+        assert self._episodes is not None, "start() first"
+        return await self._episodes.run_lines(row, episode, data)
+
+    async def load_state(self, state: dict[str, torch.Tensor], version: int) -> int:
+        """The trainer's weights (resolved by Ray from the object store) into the embedded
+        engine; returns the engine's version."""
+        from rltap.train.sync import EmbeddedSync, weight_sync
+
+        sync = weight_sync(self._engine(), Path("."))
+        if not isinstance(sync, EmbeddedSync):
+            msg = f"load_state needs an embedded engine, not {type(self._engine()).__name__}"
+            raise TypeError(msg)
+        await sync.push_state(state, version)
+        return self.version()
+
+    async def load_shards(self, folder: str, version: int) -> int:
+        """Have this actor's vLLM or SGLang server load the shards the trainer saved in
+        `folder` (a disk the server shares); returns the engine's version."""
+        from rltap.train.sync import DiskSync, weight_sync
+
+        sync = weight_sync(self._engine(), Path(folder))
+        if not isinstance(sync, DiskSync):
+            msg = f"load_shards needs a vLLM or SGLang engine, not {type(self._engine()).__name__}"
+            raise TypeError(msg)
+        await sync.push_saved(version)
+        return self.version()
+
+    def version(self) -> int:
+        return self._engine().version
+
+    async def stop(self) -> None:
+        """Close the workflow (its subprocess pool), the proxy and the engine."""
+        await self._stack.aclose()
+
+    def _engine(self) -> InferenceEngine:
+        assert self._serving is not None, "start() first"
+        return self._serving.engine

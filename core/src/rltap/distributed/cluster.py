@@ -1,0 +1,99 @@
+"""Connecting to Ray and placing the rollout actors: one per embedded engine replica, or one
+per engine server, on that server's node when Ray knows it.
+
+Ray is the `rltap[ray]` extra and is imported only here, when `--ray` is used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import ipaddress
+import socket
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+from urllib.parse import urlsplit
+
+from rltap.export import ExportStyle
+
+__all__ = ["RAY_EXTRA", "actor_args", "connect", "require_ray", "server_node", "start_actors"]
+
+RAY_EXTRA = "rltap[ray]"
+_SERVER_ENGINES = ("vllm", "sglang")
+_PLAIN = (str, int, float, bool, type(None), list, tuple, Path)
+
+
+def require_ray() -> ModuleType:
+    """The `ray` module, or an ImportError naming the extra that installs it."""
+    try:
+        return importlib.import_module("ray")
+    except ImportError as exc:
+        msg = f"--ray needs Ray, which the {RAY_EXTRA} extra installs: pip install '{RAY_EXTRA}'"
+        raise ImportError(msg, name="ray") from exc
+
+
+def connect(address: str | None) -> ModuleType:
+    """`ray.init(address)` unless this process is connected already; "" or None starts a
+    local cluster (or joins the one RAY_ADDRESS names, as `ray.init` does)."""
+    ray = require_ray()
+    if not ray.is_initialized():
+        ray.init(address=address or None, include_dashboard=False, log_to_driver=True)
+    return ray
+
+
+def actor_args(args: argparse.Namespace) -> list[argparse.Namespace]:
+    """Each actor's flags: the command's plain values (no parser or handler objects, which do
+    not pickle), with `--url` cut to that actor's server."""
+    plain = {k: v for k, v in vars(args).items() if isinstance(v, _PLAIN)}
+    if args.engine not in _SERVER_ENGINES:
+        replicas = 1 if args.replicas is None else args.replicas
+        if replicas < 1:
+            raise SystemExit("--replicas must be at least 1")
+        return [argparse.Namespace(**plain) for _ in range(replicas)]
+    urls = [url.strip() for url in (args.url or "").split(",") if url.strip()]
+    if not urls:
+        msg = f"--ray with --engine {args.engine} needs --url URL1,URL2,... (one actor each)"
+        raise SystemExit(msg)
+    if args.replicas not in (None, len(urls)):
+        msg = f"--replicas {args.replicas} but {len(urls)} servers in --url: one actor per server"
+        raise SystemExit(msg)
+    return [argparse.Namespace(**{**plain, "url": url}) for url in urls]
+
+
+def server_node(url: str) -> str | None:
+    """The Ray node id of the machine serving `url`: the driver's own for a loopback address,
+    the live node of that IP otherwise; None when no node has it."""
+    ray = require_ray()
+    try:
+        ip = ipaddress.ip_address(socket.gethostbyname(urlsplit(url).hostname or ""))
+    except (OSError, ValueError):
+        return None
+    if ip.is_loopback:
+        return str(ray.get_runtime_context().get_node_id())
+    for node in ray.nodes():
+        if node.get("Alive") and node.get("NodeManagerAddress") == str(ip):
+            return str(node["NodeID"])
+    return None
+
+
+def start_actors(args: argparse.Namespace, style: ExportStyle) -> list[Any]:
+    """One `RolloutActor` per replica or server (not started yet: call `start` on each)."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from rltap.distributed.actor import RolloutActor
+
+    ray = require_ray()
+    remote = ray.remote(RolloutActor)
+    handles = []
+    for spec in actor_args(args):
+        options: dict[str, Any] = {
+            "num_cpus": args.actor_cpus,
+            "num_gpus": args.actor_gpus,
+            "max_restarts": 0,  # a lost actor's episodes run again elsewhere, not on a restart
+        }
+        node = server_node(spec.url) if spec.engine in _SERVER_ENGINES else None
+        if node is not None:
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
+        handles.append(remote.options(**options).remote(spec, style))
+    return handles
