@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -154,24 +155,29 @@ def test_a_driver_killed_mid_run_resumes_on_new_actors_without_duplicates(
 
 
 def test_a_cluster_left_without_actors_fails_with_a_clear_error(
-    ray_address: str,
-    ray_agent: Callable[[str], str],
-    tiny_model_dir: Path,
-    tmp_path: Path,
+    ray_address: str, ray_agent: Callable[[str], str], tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     data, _ = _rows(tmp_path, 4, die=True)  # row 2's agent ends its actor's process
     out = tmp_path / "out"
+    # The actor of a vLLM server (none listens there: the other rows' calls fail, quickly).
     argv = _argv(ray_agent("RecordingAgent"), data, out, tiny_model_dir)
+    argv[argv.index("scripted")] = "vllm"
+    argv += ["--url", f"http://127.0.0.1:{_closed_port()}"]
     with pytest.raises(SystemExit) as stopped:
-        main([*argv, "--ray", ray_address, "--replicas", "1"])
+        main([*argv, "--ray", ray_address])
     message = "rltap rollout: no live rollout actor left (all 1 of the run's are gone)"
     assert str(stopped.value) == message
-    # What reached the files is whole rows only, each once.
-    finished = {entry["row"] for entry in _jsonl(out / "rows.jsonl")}
-    assert 2 not in finished
-    lines = _jsonl(out / "trajectories.jsonl") if (out / "trajectories.jsonl").exists() else []
-    assert {line["row"] for line in lines} == finished
-    assert len(lines) == 4 * len(finished)
+    # Rows 0 and 1 ran first (one at a time), their episodes failed on the engine; nothing of
+    # row 2 reached the files.
+    ledger = _jsonl(out / "rows.jsonl")
+    assert [(e["row"], e["episodes_failed"]) for e in ledger] == [(0, 2), (1, 2)]
+    assert _jsonl(out / "trajectories.jsonl") == []
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def test_without_ray_the_flag_names_the_extra(

@@ -9,7 +9,9 @@ the rollout actor's process.
 
 - `data["hold"]`, a path: the first episode to get there (after its first reply) writes its
   pid into that file and sleeps (the test kills its actor, or the driver); every later one goes on.
-- `data["die"]`: the episode ends its process after the first reply (inline: the actor's).
+- `data["die"]`: the episode ends its process before its first call (inline: the actor's).
+
+`ShortReplyAgent` records only "done".
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ class RecordingAgent:
     ) -> float:
         via = "env" if base_url is None else "kwargs"
         _record(data, "start", via)
+        if data.get("die"):
+            os._exit(3)
         client = openai.AsyncOpenAI(
             base_url=base_url, api_key=api_key, http_client=http_client, max_retries=0
         )
@@ -47,14 +51,12 @@ class RecordingAgent:
             completion = await client.chat.completions.create(model="tiny", messages=messages)
             messages.append({"role": "assistant", "content": completion.choices[0].message.content})
             if turn == 0:
-                await _as_asked(data)
+                await _hold_once(data)
         _record(data, "done", via)
         return float(data["reward"])
 
 
-async def _as_asked(data: dict[str, Any]) -> None:
-    if data.get("die"):
-        os._exit(3)
+async def _hold_once(data: dict[str, Any]) -> None:
     hold = data.get("hold")
     if hold:
         try:
@@ -78,3 +80,30 @@ def _record(data: dict[str, Any], event: str, via: str) -> None:
     }
     with Path(data["record"]).open("a", encoding="utf-8") as handle:
         handle.write(json.dumps(line) + "\n")
+
+
+class ShortReplyAgent:
+    """One call for an 8-token reply at temperature 1 (what `rltap train` learns from); the
+    reward is the reply's share of letters among its characters."""
+
+    async def run(
+        self,
+        data: dict[str, Any],
+        base_url: str | None = None,
+        api_key: str | None = None,
+        http_client: Any = None,
+        **_: Any,
+    ) -> float:
+        via = "env" if base_url is None else "kwargs"
+        client = openai.AsyncOpenAI(
+            base_url=base_url, api_key=api_key, http_client=http_client, max_retries=0
+        )
+        completion = await client.chat.completions.create(
+            model="tiny",
+            messages=[{"role": "user", "content": data["question"]}],
+            max_tokens=8,
+            temperature=1.0,
+        )
+        _record(data, "done", via)
+        text = completion.choices[0].message.content or ""
+        return sum(c.isalpha() for c in text) / max(1, len(text))
