@@ -22,11 +22,14 @@ bootstrap: $(STAMP)
 LOCAL_WHEELS := /opt/wheels
 TORCH_CPU := $(if $(wildcard $(LOCAL_WHEELS)/torch-2.13.0+cpu-*.whl),--find-links $(LOCAL_WHEELS) torch==2.13.0+cpu)
 UV_INSTALL = $(BIN)/uv pip install --python $(BIN)/python -q
+# Headless Chromium for the viewer's browser test (tests/view), Debian's package.
+APT_GET := $(if $(filter 0,$(shell id -u)),apt-get,sudo apt-get)
 
 $(STAMP): constraints.txt requirements-dev.txt core/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	test -x $(BIN)/uv || $(BIN)/python -m pip install -q uv
 	$(UV_INSTALL) -c constraints.txt $(TORCH_CPU) -e 'core[embedded,train,ray,store]' -r requirements-dev.txt
+	command -v chromium >/dev/null 2>&1 || $(APT_GET) install -y -q chromium
 	touch $@
 
 ## test: lint, type check, the core suite, the torch-free install, every framework integration in

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import torch
+from capture_run import recorded  # noqa: F401  (the store recorded once for tests/store, /view)
 
 from rltap.chat.renderer import ChatRenderer
 from rltap.testing.models import cached_qwen_tokenizer_dir, cached_tiny_model_dir

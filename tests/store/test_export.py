@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
-from conftest import Recorded
+from capture_run import Recorded
 
 from rltap.cli import main
 

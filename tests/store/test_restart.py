@@ -7,7 +7,7 @@ import sqlite3
 
 import numpy as np
 import pytest
-from conftest import Recorded
+from capture_run import Recorded
 
 from rltap.proxy import interactions_from_export
 from rltap.proxy.state import key_digest

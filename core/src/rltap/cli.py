@@ -1,5 +1,5 @@
 """The `rltap` command line: `rltap serve`, `rltap rollout`, `rltap train`, `rltap export`,
-`rltap inspect`, `rltap demo`, `rltap models tokenizer|tiny DIR`.
+`rltap inspect`, `rltap view`, `rltap demo`, `rltap models tokenizer|tiny DIR`.
 
 Each top-level subcommand is one `_add_<name>_command(subparsers)` function that registers its
 parser and sets `handler` to a function `(args) -> int`; `COMMANDS` lists them in help order.
@@ -215,11 +215,14 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _add_store_commands(subparsers: _Subparsers) -> None:
-    """`rltap export` and `rltap inspect`: reading a capture store (`rltap.store`)."""
+    """`rltap export`, `rltap inspect` and `rltap view`: reading capture stores
+    (`rltap.store`, `rltap.view`)."""
     from rltap.store.commands import add_export_command, add_inspect_command
+    from rltap.view.commands import add_view_command
 
     add_export_command(subparsers)
     add_inspect_command(subparsers)
+    add_view_command(subparsers)
 
 
 COMMANDS: tuple[Callable[[_Subparsers], None], ...] = (

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
@@ -29,17 +29,16 @@ from rltap.proxy.state import ProxyConfig, ProxyState, SessionStore
 from rltap.proxy.token_count import TOKEN_COUNT_ROUTER
 from rltap.session import Session
 
+if TYPE_CHECKING:
+    from rltap.store.capture import CaptureStore
+
 __all__ = ["create_app"]
 
 
 def create_app(engine: InferenceEngine, renderer: ChatRenderer, config: ProxyConfig) -> FastAPI:
     """The proxy as an ASGI app; the engine starts and stops with it."""
 
-    capture = None
-    if config.store_path is not None:
-        from rltap.store.capture import CaptureStore
-
-        capture = CaptureStore(config.store_path, config.store_retention)
+    capture = _capture_store(config, renderer)
 
     def new_session(session_id: str) -> Session:
         cache = InteractionCache(None if capture is None else capture.journal(session_id))
@@ -92,3 +91,15 @@ def create_app(engine: InferenceEngine, renderer: ChatRenderer, config: ProxyCon
 
     app.openapi = openapi  # type: ignore[method-assign]
     return app
+
+
+def _capture_store(config: ProxyConfig, renderer: ChatRenderer) -> CaptureStore | None:
+    """The durable store of `config` (`rltap serve --store`), opened and recovered; or None."""
+    if config.store_path is None:
+        return None
+    from rltap.store.capture import CaptureStore
+
+    capture = CaptureStore(config.store_path, config.store_retention)
+    # The viewer decodes the recorded tokens with the tokenizer that made them.
+    capture.set_meta("tokenizer", str(getattr(renderer.tokenizer, "name_or_path", "")))
+    return capture

@@ -131,6 +131,10 @@ class CaptureStore:
     def journal(self, session_id: str) -> SessionJournal:
         return SessionJournal(self, session_id)
 
+    def set_meta(self, key: str, value: str) -> None:
+        """A fact about the recording (e.g. `tokenizer`, the folder that decodes its tokens)."""
+        self.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+
     def session_started(self, session_id: str, key_hash: bytes, task_id: str | None) -> None:
         self.execute(
             "INSERT OR REPLACE INTO sessions (session_id, key_hash, task_id, state, started) "
