@@ -7,10 +7,13 @@ driver's dispatch and file writing. Both runs go in one process on one local clu
 side: each starts its actors, warms them with a few rows, then times `--rows` rows x
 `--group-size` episodes into a fresh folder (`rltap.distributed`, the path of `rltap rollout
 --ray`). The driver's cost is its process CPU time (its Ray threads included) per episode.
+`--repeats` alternates the two (1, 2, 2, 1, ...) and keeps each one's best run: Ray runs its
+workers at nice 15, so on a host shared with other jobs those take the CPU first and one run
+can be far off.
 
 Goal on a 2-core machine: 2 actors >= 1.6x the episodes/s of 1.
 
-Run: .venv/bin/python bench/ray_scaling.py [--rows 150] [--group-size 4]
+Run: .venv/bin/python bench/ray_scaling.py [--rows 100] [--group-size 4] [--repeats 2]
 """
 
 from __future__ import annotations
@@ -90,15 +93,18 @@ async def main_async(args: argparse.Namespace, console: Console) -> list[Measure
         async with httpx.AsyncClient(timeout=10) as http:
             for url, fake in zip(urls, fakes, strict=True):
                 await wait_ready(http, f"{url}/health", fake)
-        results = []
-        for count in (1, 2):
-            console.print(f"{count} actor(s): {args.rows} rows x {args.group_size} episodes ...")
-            results.append(await measure(urls[:count], args, Path(tmp)))
-        return results
+        best: dict[int, Measured] = {}
+        for repeat in range(args.repeats):
+            for count in (1, 2) if repeat % 2 == 0 else (2, 1):
+                console.print(f"{count} actor(s): {args.rows} rows x {args.group_size} episodes")
+                run = await measure(urls[:count], args, Path(tmp) / str(repeat))
+                if count not in best or run.rate > best[count].rate:
+                    best[count] = run
+        return [best[1], best[2]]
 
 
 def table(results: list[Measured]) -> Table:
-    out = Table(title="rltap rollout --ray: episodes/s by rollout actors (instant engine)")
+    out = Table(title="rltap rollout --ray: episodes/s by rollout actors (instant engine, best)")
     for column in ("actors", "episodes", "wall s", "episodes/s", "vs 1 actor", "driver CPU/ep"):
         out.add_column(column, justify="right")
     base = results[0].rate
@@ -112,9 +118,10 @@ def table(results: list[Measured]) -> Table:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=150)
+    parser.add_argument("--rows", type=int, default=100)
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--concurrency", type=int, default=8, help="rows at once per actor")
+    parser.add_argument("--repeats", type=int, default=2, help="runs of each, best kept")
     args = parser.parse_args()
     console = Console()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
