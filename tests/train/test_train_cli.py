@@ -13,6 +13,7 @@ import pytest
 from safetensors.torch import load_file
 
 from rltap.cli import main
+from rltap.store.read import StoreReader
 from rltap.train import RunDir
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_toy"
@@ -54,6 +55,12 @@ def test_a_run_writes_its_folder_and_resumes(tiny_model_dir: Path, tmp_path: Pat
     assert [line["step"] for line in metrics(run)] == [1, 2, 3]
     assert metrics(run)[:2] == lines
     assert versions_of(run, 3) == {2}
+    # The run folder keeps the proxy's capture store across the resume: every step's episodes.
+    reader = StoreReader(run)
+    sessions = reader.summaries()
+    reader.close()
+    assert len(sessions) == 3 * 4
+    assert sorted({s.max_version for s in sessions}) == [0, 1, 2]
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(str(run / "step-3"))

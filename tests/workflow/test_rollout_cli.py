@@ -17,6 +17,7 @@ import torch
 from safetensors.torch import load_file
 
 from rltap.links import derive_agent_id
+from rltap.store.read import StoreReader
 from rltap.testing.proxy import RunningProxy
 
 # Row 3's agent raises: both its episodes fail, the other rows' succeed.
@@ -120,6 +121,12 @@ async def test_rollout_writes_training_data_and_resumes_after_an_interruption(
     assert [entry["row"] for entry in _jsonl(out / "rows.jsonl")] == [0, 1]
     before = _jsonl(out / "trajectories.jsonl")
     assert {line["row"] for line in before} == {0, 1}
+    # The in-process proxy kept its capture store in the run folder: every line's call is in it.
+    reader = StoreReader(out)
+    stored = {node.interaction_id: node for s in reader.sessions() for node in s.cache.values()}
+    reader.close()
+    for line in before:
+        assert stored[line["interaction_id"]].token_sequence().input_ids == line["input_ids"]
     # A row's lines are written before its ledger entry: a crash in between leaves lines of a
     # row the ledger does not list, and a write cut short leaves a line without its newline.
     stray = {**before[-1], "row": 2, "session": "stray-session", "interaction_id": "stray"}

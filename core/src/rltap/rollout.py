@@ -216,6 +216,7 @@ def summary_table(summaries: dict[str, RolloutSummary]) -> Table:
 
 async def _rollout_from_args(args: Any, console: Console) -> RolloutSummary:
     from rltap.serving import agent_workflow, local_proxy
+    from rltap.store.schema import STORE_FILE
 
     rows = load_rows(Path(args.data))
 
@@ -238,6 +239,8 @@ async def _rollout_from_args(args: Any, console: Console) -> RolloutSummary:
         if not args.admin_key:
             raise SystemExit("--proxy needs --admin-key (or RLTAP_ADMIN_KEY)")
         return await run(args.proxy, args.admin_key, 0)
+    if getattr(args, "store", None) is None:  # the run folder keeps the proxy's capture store
+        args.store = str(Path(args.out) / STORE_FILE)
     async with local_proxy(args) as serving:
         return await run(serving.url, serving.admin_key, serving.pad_token_id)
 

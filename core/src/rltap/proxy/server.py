@@ -138,6 +138,7 @@ class ServeSetup:
 
 def serve_config(args: argparse.Namespace, admin_key: str) -> ServeSetup:
     """Engine, renderer and proxy config from `rltap serve` flags."""
+    store, retention = _store_settings(args)  # before the engine loads: a bad flag fails fast
     tokenizer_dir = args.tokenizer or args.model
     if not tokenizer_dir:
         msg = "--tokenizer (or --model) must name a local tokenizer folder"
@@ -164,7 +165,6 @@ def serve_config(args: argparse.Namespace, admin_key: str) -> ServeSetup:
         capacity=args.capacity, session_ttl=args.session_ttl, export_grace=args.export_grace
     )
     name = args.model_name or Path(str(args.model or tokenizer_dir)).name
-    store, retention = _store_settings(args)
     config = ProxyConfig(
         admin_key=admin_key,
         model_name=name,

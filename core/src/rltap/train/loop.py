@@ -221,7 +221,9 @@ async def _local_serving(
     args: argparse.Namespace, sync_dir: Path
 ) -> AsyncIterator[tuple[Any, WeightSync]]:
     from rltap.serving import agent_workflow, local_proxy
+    from rltap.store.schema import STORE_FILE
 
+    args.store = str(Path(args.out) / STORE_FILE)  # every step's sessions, in the run folder
     async with local_proxy(args) as serving:
         sync = weight_sync(serving.engine, sync_dir)
         workflow = agent_workflow(args, serving.url, serving.admin_key, style="tree")
