@@ -106,6 +106,11 @@ def test_an_actor_killed_mid_episode_loses_nothing_and_nothing_is_written_twice(
     assert len(survivors) == 1
     done = [e for e in events if e["event"] == "done"]
     assert len(done) == 12
+    # No actor held more than concurrency x group size = 2 episodes at once.
+    in_flight = dict.fromkeys({e["pid"] for e in events}, 0)
+    for event in events:
+        in_flight[event["pid"]] += 1 if event["event"] == "start" else -1
+        assert in_flight[event["pid"]] <= 2
     summary = json.loads((out / "summary.json").read_text())
     assert (summary["episodes_ok"], summary["episodes_failed"]) == (12, 0)
     assert summary["episodes_retried"] == started - finished

@@ -54,7 +54,10 @@ class RolloutActor:
     async def start(self) -> ActorInfo:
         """Build the engine and proxy, then the agent's workflow against that proxy."""
         import ray
+        from transformers.utils import logging as transformers_logging
 
+        # A "Loading weights" bar per actor would go to the driver's terminal through Ray.
+        transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
         if ray.get_gpu_ids():  # GPUs Ray gave this actor: the embedded engine runs there
             self._args.device = "cuda"
         serving = await self._stack.enter_async_context(local_proxy(self._args))
