@@ -253,7 +253,6 @@ class Session:
                 request, interaction_id, index, response, fold_deltas(deltas), created
             )
             finished = True
-            await self.cache.durable()  # the end of the stream is sent once it is stored
         except Exception as exc:
             self._failed(interaction_id, exc, response)
             raise
@@ -284,7 +283,6 @@ class Session:
             response.latency = time.perf_counter() - started
             generation = self._finish(request, interaction_id, index, response, parsed, created)
             finished = True
-            await self.cache.durable()  # the reply is sent once it is stored
             return generation
         except Exception as exc:
             self._failed(interaction_id, exc, response)
