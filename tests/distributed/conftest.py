@@ -6,13 +6,20 @@ Starting it takes seconds; every test's actors come and go on it. Drivers run in
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import subprocess
+import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 import ray
 
 AGENTS_FILE = Path(__file__).parent / "agents" / "ray_agents.py"
+FAKE_VLLM = Path(__file__).resolve().parents[2] / "bench" / "fake_vllm.py"
 
 
 @pytest.fixture(scope="package")
@@ -31,3 +38,33 @@ def ray_agent() -> Callable[[str], str]:
         return f"{AGENTS_FILE}:{name}"
 
     return spec
+
+
+@contextlib.contextmanager
+def _instant_vllm(record: Path | None) -> Iterator[str]:
+    """bench/fake_vllm.py (instant replies); with `record`, its development API too, logging
+    those requests there. Yields its URL once it answers."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [sys.executable, str(FAKE_VLLM), "--port", str(port)]
+    server = subprocess.Popen(command if record is None else [*command, "--record", str(record)])
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/health").status_code == 200:
+                    break
+            assert server.poll() is None, "the fake vLLM server exited"
+            assert time.monotonic() < deadline, "the fake vLLM server did not come up"
+            time.sleep(0.1)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+@pytest.fixture
+def instant_vllm() -> Callable[[Path | None], contextlib.AbstractContextManager[str]]:
+    return _instant_vllm

@@ -4,6 +4,7 @@ mid-episode, a driver killed mid-run, and a cluster left without actors."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -48,9 +49,10 @@ def _argv(agent: str, data: Path, out: Path, model: Path, *options: str) -> list
     ]  # fmt: skip
 
 
-def _driver(argv: list[str], address: str) -> subprocess.Popen[str]:
+def _driver(argv: list[str], address: str, replicas: int = 2) -> subprocess.Popen[str]:
     """`rltap rollout ... --ray ADDRESS` as its own process, joining the test's cluster."""
-    command = [sys.executable, "-m", "rltap.cli", *argv, "--ray", address, "--replicas", "2"]
+    ray = ["--ray", address, "--replicas", str(replicas)]
+    command = [sys.executable, "-m", "rltap.cli", *argv, *ray]
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -65,8 +67,15 @@ def _wait_for(path: Path, process: subprocess.Popen[str] | None = None) -> int:
     return int(path.read_text())
 
 
-def _assert_each_episode_once(out: Path, rows: int) -> list[dict[str, Any]]:
-    """Two episodes a row, two turns an episode (the echo script's replies), each line once."""
+def _echoed(row: int, turn: int) -> str:
+    """The echo script's reply to turn `turn` of row `row`."""
+    return f"Turn {turn}: you said: question {row} (turn {turn})"
+
+
+def _assert_each_episode_once(
+    out: Path, rows: int, reply: Callable[[int, int], str] = _echoed
+) -> list[dict[str, Any]]:
+    """Two episodes a row, two turns an episode (`reply(row, turn)` each), each line once."""
     lines = _jsonl(out / "trajectories.jsonl")
     assert sorted(entry["row"] for entry in _jsonl(out / "rows.jsonl")) == list(range(rows))
     assert len(lines) == rows * 4
@@ -77,8 +86,7 @@ def _assert_each_episode_once(out: Path, rows: int) -> list[dict[str, Any]]:
         assert len({line["session"] for line in of_row}) == 2
         for line in of_row:
             turn = 0 if line["parent_id"] is None else 1
-            said = f"question {row} (turn {turn})"
-            assert line["output_text"] == f"Turn {turn}: you said: {said}"
+            assert line["output_text"] == reply(row, turn)
             assert line["reward"] == pytest.approx(row / 10)
     return lines
 
@@ -117,28 +125,50 @@ def test_an_actor_killed_mid_episode_loses_nothing_and_nothing_is_written_twice(
     assert "rltap rollout" in stdout
 
 
+def _vllm_argv(argv: list[str], urls: list[str]) -> list[str]:
+    """`argv` on the vLLM engine, one actor per server of `urls`."""
+    argv = list(argv)
+    argv[argv.index("scripted")] = "vllm"
+    return [*argv, "--url", ",".join(urls)]
+
+
 def test_a_driver_killed_mid_run_resumes_on_new_actors_without_duplicates(
-    ray_address: str, ray_agent: Callable[[str], str], tiny_model_dir: Path, tmp_path: Path
+    ray_address: str,
+    ray_agent: Callable[[str], str],
+    instant_vllm: Callable[[Path | None], contextlib.AbstractContextManager[str]],
+    tiny_model_dir: Path,
+    tmp_path: Path,
 ) -> None:
+    with instant_vllm(None) as first, instant_vllm(None) as second:
+        _resume_after_the_driver_died(
+            ray_address, ray_agent("RecordingAgent"), [first, second], tiny_model_dir, tmp_path
+        )
+
+
+def _resume_after_the_driver_died(
+    address: str, agent: str, urls: list[str], model: Path, tmp_path: Path
+) -> None:
+    """Actors of instant vLLM servers (bench/fake_vllm.py): no model to load, every reply
+    'Hello from the instant engine.'."""
     hold = tmp_path / "hold.pid"
     data, record = _rows(tmp_path, 5, hold=str(hold))
     out = tmp_path / "out"
-    agent = ray_agent("RecordingAgent")
-    driver = _driver(_argv(agent, data, out, tiny_model_dir), ray_address)
+    argv = _argv(agent, data, out, model)
+    driver = _driver(_vllm_argv(argv, urls[:1]), address, replicas=1)
     _wait_for(hold, driver)
     driver.kill()  # the driver dies; Ray ends the actors it owned
     driver.communicate(timeout=WAIT_SECONDS)
     before = _jsonl(out / "trajectories.jsonl")
     done_before = sorted(entry["row"] for entry in _jsonl(out / "rows.jsonl"))
+    assert done_before  # row 2 starts only once a row is written
     assert 2 not in done_before
-    assert {line["row"] for line in before} <= set(done_before) | {0, 1, 3, 4}
     record.unlink()
 
-    # Again in this process, its agents now in subprocess workers of the actors.
-    argv = _argv(agent, data, out, tiny_model_dir, "--mode", "subproc")
-    assert main([*argv, "--ray", ray_address, "--replicas", "2"]) == 0
+    # Again in this process, on two actors, its agents now in their subprocess workers.
+    argv = _vllm_argv([*argv, "--mode", "subproc"], urls)
+    assert main([*argv, "--ray", address]) == 0
 
-    lines = _assert_each_episode_once(out, 5)
+    lines = _assert_each_episode_once(out, 5, lambda row, turn: "Hello from the instant engine.")
     kept = [line for line in lines if line["row"] in done_before]
     assert kept == [line for line in before if line["row"] in done_before]  # not run again
     events = _jsonl(record)
@@ -166,8 +196,7 @@ def test_a_cluster_left_without_actors_fails_with_a_clear_error(
     out = tmp_path / "out"
     # The actor of a vLLM server (none listens there: the other rows' calls fail, quickly).
     argv = _argv(ray_agent("RecordingAgent"), data, out, tiny_model_dir)
-    argv[argv.index("scripted")] = "vllm"
-    argv += ["--url", f"http://127.0.0.1:{_closed_port()}"]
+    argv = _vllm_argv(argv, [f"http://127.0.0.1:{_closed_port()}"])
     with pytest.raises(SystemExit) as stopped:
         main([*argv, "--ray", ray_address])
     message = "rltap rollout: no live rollout actor left (all 1 of the run's are gone)"

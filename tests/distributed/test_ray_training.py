@@ -7,26 +7,20 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
-import subprocess
-import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
 import torch
 from transformers import AutoModelForCausalLM
 
 from rltap.cli import main
 
+InstantVLLM = Callable[[Path | None], contextlib.AbstractContextManager[str]]
+
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _train_argv(agent: str, rows: int, tmp_path: Path, model: Path, *engine: str) -> list[str]:
@@ -91,35 +85,15 @@ def test_each_update_reaches_every_embedded_actor_before_the_next_rollouts(
     assert _max_logprob_diff(initial, second) > 1e-3
 
 
-@contextlib.contextmanager
-def _dev_mode_vllm(record: Path) -> Iterator[str]:
-    """bench/fake_vllm.py with its development API, logging those requests to `record`."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    command = [sys.executable, str(REPO / "bench" / "fake_vllm.py"), "--port", str(port)]
-    server = subprocess.Popen([*command, "--record", str(record)])
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/health").status_code == 200:
-                    break
-            assert server.poll() is None, "the fake vLLM server exited"
-            assert time.monotonic() < deadline, "the fake vLLM server did not come up"
-            time.sleep(0.1)
-        yield url
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
-
-
 def test_each_vllm_server_reloads_every_update_before_the_next_rollouts(
-    ray_address: str, ray_agent: Callable[[str], str], tiny_model_dir: Path, tmp_path: Path
+    ray_address: str,
+    ray_agent: Callable[[str], str],
+    instant_vllm: InstantVLLM,
+    tiny_model_dir: Path,
+    tmp_path: Path,
 ) -> None:
     records = [tmp_path / "vllm-a.jsonl", tmp_path / "vllm-b.jsonl"]
-    with _dev_mode_vllm(records[0]) as first, _dev_mode_vllm(records[1]) as second:
+    with instant_vllm(records[0]) as first, instant_vllm(records[1]) as second:
         argv = _train_argv(ray_agent("ShortReplyAgent"), 4, tmp_path, tiny_model_dir)
         engine = ["--engine", "vllm", "--url", f"{first},{second}", "--ray", ray_address]
         assert main([*argv, *engine]) == 0
