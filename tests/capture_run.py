@@ -44,7 +44,9 @@ class ServeProcess:
             "--model-name", "tiny", "--store", str(store), *flags,
         ]  # fmt: skip
         env = {k: v for k, v in os.environ.items() if k != "RLTAP_ADMIN_KEY"}
-        self.process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
+        self.log = store.with_name(f"serve-{self.port}.log")
+        with self.log.open("wb") as log:
+            self.process = subprocess.Popen(command, env=env, stdout=log)
         deadline = time.monotonic() + 90
         while True:
             assert self.process.poll() is None, "rltap serve exited while starting"
@@ -62,6 +64,10 @@ class ServeProcess:
     def session(self, path: str, key: str, body: dict[str, Any]) -> httpx.Response:
         headers = {"authorization": f"Bearer {key}"}
         return httpx.post(f"{self.url}{path}", json=body, headers=headers, timeout=60)
+
+    def output(self) -> str:
+        """What the process printed so far."""
+        return self.log.read_text()
 
     def kill(self) -> None:
         """SIGKILL: no shutdown code of the proxy runs."""

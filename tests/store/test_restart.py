@@ -45,6 +45,7 @@ def test_a_session_open_at_the_kill_exports_its_completed_calls_as_interrupted(
     recorded: Recorded,
 ) -> None:
     session = recorded.sessions["open"]
+    assert "1 sessions still open at the last proxy's end" in recorded.restarted.output()
     body = _export(recorded, "open")
     assert body["state"] == "interrupted"
     exported = interactions_from_export(body)

@@ -209,5 +209,12 @@ def run_serve(args: argparse.Namespace) -> int:
     if generated:
         print(f"rltap admin key (generated): {admin_key}", flush=True)
     print(f"rltap proxy on http://{args.host}:{args.port} (engine {args.engine})", flush=True)
+    capture = app.state.rltap.store.capture
+    if capture is not None:
+        print(
+            f"capture store {capture.path}: {capture.interrupted} sessions still open at the "
+            "last proxy's end are exportable as interrupted",
+            flush=True,
+        )
     uvicorn.run(app, host=args.host, port=args.port, **UVICORN_OPTIONS)
     return 0

@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING
 from rltap._lazy import lazy_getattr
 
 if TYPE_CHECKING:
-    from rltap.store.capture import CaptureStore, SessionJournal, StoredSession
+    from rltap.store.capture import CaptureStore, SessionJournal
     from rltap.store.retention import Retention, parse_retention
+    from rltap.store.rows import StoredSession
 
 __all__ = [
     "CaptureStore",
@@ -28,7 +29,7 @@ _LAZY = {
     "CaptureStore": "rltap.store.capture",
     "Retention": "rltap.store.retention",
     "SessionJournal": "rltap.store.capture",
-    "StoredSession": "rltap.store.capture",
+    "StoredSession": "rltap.store.rows",
     "parse_retention": "rltap.store.retention",
 }
 

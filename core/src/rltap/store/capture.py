@@ -25,37 +25,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rltap.cache import InteractionCache
 from rltap.store.retention import Retention, prune
-from rltap.store.rows import INSERT_INTERACTION, SELECT_INTERACTIONS, interaction_row, restore_cache
+from rltap.store.rows import INSERT_INTERACTION, StoredSession, interaction_row, load_session
 from rltap.store.schema import connect
 from rltap.types import InteractionWithTokenLogpReward
 
-__all__ = ["CaptureStore", "SessionJournal", "StoredSession"]
+__all__ = ["CaptureStore", "SessionJournal"]
 
 _log = logging.getLogger(__name__)
 Job = Callable[[sqlite3.Connection], Any]
 _PRUNE_EVERY = 5.0  # seconds between two retention passes
-
-
-class StoredSession:
-    """A session read back from a store: its row and its restored cache."""
-
-    def __init__(self, row: sqlite3.Row, cache: InteractionCache) -> None:
-        self.session_id: str = row["session_id"]
-        self.task_id: str | None = row["task_id"]
-        self.state: str = row["state"]
-        self.exported: float | None = row["exported"]
-        self.cache = cache
-
-
-def load_session(conn: sqlite3.Connection, session_id: str) -> StoredSession | None:
-    conn.row_factory = sqlite3.Row
-    row = conn.execute("SELECT * FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
-    if row is None:
-        return None
-    query = f"{SELECT_INTERACTIONS} WHERE session_id = ? ORDER BY seq"
-    return StoredSession(row, restore_cache(conn.execute(query, (session_id,))))
 
 
 class CaptureStore:

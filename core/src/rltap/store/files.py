@@ -26,8 +26,8 @@ from typing import Any, Literal
 import orjson
 
 from rltap.export import ExportStyle
-from rltap.store.capture import StoredSession
 from rltap.store.read import StoreReader
+from rltap.store.rows import StoredSession
 
 __all__ = ["FILE_FORMATS", "ExportedFile", "FileFormat", "export_rows", "export_store"]
 

@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rltap.errors import NotFound
-from rltap.store.capture import StoredSession
-from rltap.store.rows import COLUMNS, SELECT_INTERACTIONS, restore_cache
+from rltap.store.rows import COLUMNS, StoredSession, load_session, restore_cache
 from rltap.store.schema import STORE_FILE, connect
 
 __all__ = ["StoreReader", "find_store"]
@@ -78,14 +77,11 @@ class StoreReader:
         return [SessionSummary(*row) for row in self.conn.execute(_SUMMARY)]
 
     def session(self, session_id: str) -> StoredSession:
-        row = self.conn.execute(
-            "SELECT * FROM sessions WHERE session_id = ?", (session_id,)
-        ).fetchone()
-        if row is None:
+        stored = load_session(self.conn, session_id)
+        if stored is None:
             msg = f"no session {session_id!r} in {self.path}"
             raise NotFound(msg, param="session_id")
-        query = f"{SELECT_INTERACTIONS} WHERE session_id = ? ORDER BY seq"
-        return StoredSession(row, restore_cache(self.conn.execute(query, (session_id,))))
+        return stored
 
     def sessions(self) -> Iterator[StoredSession]:
         """Every session with its restored cache, in the order they started: one pass over

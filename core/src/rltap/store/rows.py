@@ -29,7 +29,9 @@ __all__ = [
     "COLUMNS",
     "INSERT_INTERACTION",
     "SELECT_INTERACTIONS",
+    "StoredSession",
     "interaction_row",
+    "load_session",
     "restore_cache",
 ]
 
@@ -136,3 +138,23 @@ def restore_cache(rows: Iterable[sqlite3.Row]) -> InteractionCache:
             node.link, node.detached_parent_id = Link.ROOT, row["parent_id"]
         built[node.interaction_id] = cache.add(node, tools_context(tools), row["agent_id"])
     return cache
+
+
+class StoredSession:
+    """A session read back from a store: its row and its restored cache."""
+
+    def __init__(self, row: sqlite3.Row, cache: InteractionCache) -> None:
+        self.session_id: str = row["session_id"]
+        self.task_id: str | None = row["task_id"]
+        self.state: str = row["state"]
+        self.exported: float | None = row["exported"]
+        self.cache = cache
+
+
+def load_session(conn: sqlite3.Connection, session_id: str) -> StoredSession | None:
+    conn.row_factory = sqlite3.Row
+    row = conn.execute("SELECT * FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
+    if row is None:
+        return None
+    query = f"{SELECT_INTERACTIONS} WHERE session_id = ? ORDER BY seq"
+    return StoredSession(row, restore_cache(conn.execute(query, (session_id,))))
