@@ -44,13 +44,28 @@ def connect(address: str | None) -> ModuleType:
 
 def actor_args(args: argparse.Namespace) -> list[argparse.Namespace]:
     """Each actor's flags: the command's plain values (no parser or handler objects, which do
-    not pickle), with `--url` cut to that actor's server."""
+    not pickle), with `--url` cut to that actor's server and a `--store` of its own."""
     plain = {k: v for k, v in vars(args).items() if isinstance(v, _PLAIN)}
+    specs = []
+    for index, url in enumerate(_servers_or_replicas(args)):
+        spec = argparse.Namespace(**plain)
+        specs.append(spec)
+        if url is not None:
+            spec.url = url
+        store = getattr(spec, "store", None)
+        if store:  # one SQLite writer per file: capture-actor0.sqlite, capture-actor1.sqlite, ...
+            path = Path(store)
+            spec.store = str(path.with_name(f"{path.stem}-actor{index}{path.suffix}"))
+    return specs
+
+
+def _servers_or_replicas(args: argparse.Namespace) -> list[str | None]:
+    """One entry per actor: its server's URL, or None for an embedded engine replica."""
     if args.engine not in _SERVER_ENGINES:
         replicas = 1 if args.replicas is None else args.replicas
         if replicas < 1:
             raise SystemExit("--replicas must be at least 1")
-        return [argparse.Namespace(**plain) for _ in range(replicas)]
+        return [None] * replicas
     urls = [url.strip() for url in (args.url or "").split(",") if url.strip()]
     if not urls:
         msg = f"--ray with --engine {args.engine} needs --url URL1,URL2,... (one actor each)"
@@ -58,7 +73,7 @@ def actor_args(args: argparse.Namespace) -> list[argparse.Namespace]:
     if args.replicas not in (None, len(urls)):
         msg = f"--replicas {args.replicas} but {len(urls)} servers in --url: one actor per server"
         raise SystemExit(msg)
-    return [argparse.Namespace(**{**plain, "url": url}) for url in urls]
+    return list(urls)
 
 
 def server_node(url: str) -> str | None:

@@ -1,0 +1,48 @@
+"""Where the rollout actors go and what each is told: one per embedded replica or per server
+of `--url`, each with its own capture store, placed on its server's node when Ray knows it."""
+
+from __future__ import annotations
+
+import pytest
+import ray
+
+from rltap.cli import build_parser
+from rltap.distributed.cluster import actor_args, server_node
+
+
+def _rollout_args(*options: str) -> list[str]:
+    return ["rollout", "agent.py:Agent", "--data", "d", "--out", "o", "--ray", *options]
+
+
+def test_one_actor_per_server_each_with_its_url_and_its_own_store() -> None:
+    url = "http://a:8000, http://b:8000"
+    store = ["--store", "/runs/capture.sqlite"]
+    args = build_parser().parse_args(_rollout_args("--engine", "vllm", "--url", url, *store))
+    specs = actor_args(args)
+    assert [spec.url for spec in specs] == ["http://a:8000", "http://b:8000"]
+    stores = [spec.store for spec in specs]
+    assert stores == ["/runs/capture-actor0.sqlite", "/runs/capture-actor1.sqlite"]
+    assert all(not hasattr(spec, "handler") for spec in specs)  # nothing that does not pickle
+
+
+def test_embedded_replicas_and_the_flags_errors() -> None:
+    parse = build_parser().parse_args
+    assert len(actor_args(parse(_rollout_args("--replicas", "3")))) == 3
+    with pytest.raises(SystemExit, match="--replicas must be at least 1"):
+        actor_args(parse(_rollout_args("--replicas", "0")))
+    with pytest.raises(SystemExit, match="needs --url URL1,URL2"):
+        actor_args(parse(_rollout_args("--engine", "vllm")))
+    mismatch = _rollout_args(
+        "--engine", "sglang", "--url", "http://a:1,http://b:1", "--replicas", "3"
+    )
+    with pytest.raises(SystemExit, match="--replicas 3 but 2 servers in --url"):
+        actor_args(parse(mismatch))
+
+
+def test_a_server_is_placed_on_its_node(ray_address: str) -> None:
+    here = ray.get_runtime_context().get_node_id()
+    node_ip = ray.util.get_node_ip_address()
+    assert server_node("http://127.0.0.1:8000") == here  # loopback: the driver's node
+    assert server_node(f"http://{node_ip}:8000") == here
+    assert server_node("http://192.0.2.77:8000") is None  # no Ray node there
+    assert server_node("http://no-such-host.invalid:8000") is None
