@@ -3,62 +3,22 @@ on `rltap view`'s app served by uvicorn, over the run a killed proxy recorded an
 run's folder (its metrics as `rltap train` writes them).
 
 It opens the session list, sorts and filters it, opens a session's tree and an interaction, and
-checks what the page shows; screenshots go to the test's folder (docs/viewer.png is one)."""
+checks what the page shows; screenshots go to the test's folder (docs/viewer.png is one). The
+runs and the server are tests/view/conftest.py's."""
 
 from __future__ import annotations
 
 import shutil
-import sqlite3
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 from capture_run import Recorded
-
-from rltap.view import create_view_app
+from viewer_runs import TRAIN_REWARDS
 
 # Debian's chromium, which `make bootstrap` installs (apt-get) where it is missing.
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
-
-@pytest.fixture(scope="module")
-def runs(recorded: Recorded, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """runs/rollout (the recorded store) and runs/train (a copy, with five steps' metrics)."""
-    from rltap.train.run_dir import RunDir
-
-    root = tmp_path_factory.mktemp("runs")
-    for name in ("rollout", "train"):
-        (root / name).mkdir()
-        with (
-            sqlite3.connect(recorded.store) as source,
-            sqlite3.connect(root / name / "capture.sqlite") as copy,
-        ):
-            source.backup(copy)  # the restarted proxy still has it open
-    run = RunDir(root / "train")
-    for step, reward in enumerate([0.1, 0.3, 0.2, 0.6, 0.9], start=1):
-        run.log(step, {"reward_mean": reward, "reward_std": 0.1})
-    run.close()
-    return root
-
-
-@pytest.fixture(scope="module")
-def viewer_url(runs: Path) -> Iterator[str]:
-    config = uvicorn.Config(create_view_app(runs), host="127.0.0.1", port=0, log_level="warning")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "the viewer did not start"
-        time.sleep(0.05)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
 
 
 @pytest.fixture(scope="module")
@@ -192,7 +152,7 @@ def test_a_training_run_shows_its_reward_per_step(page: Any, tmp_path: Path) -> 
     page.select_option("#run", "train")
     page.wait_for_selector("#steps-chart:not([hidden])")
     steps = page.locator("#steps circle.step")
-    assert steps.count() == 5
+    assert steps.count() == len(TRAIN_REWARDS)
     heights = [float(steps.nth(i).get_attribute("cy") or 0) for i in range(5)]
     assert heights[4] < heights[0]  # reward 0.9 drawn above reward 0.1
     page.screenshot(path=str(tmp_path / "train.png"))

@@ -10,7 +10,7 @@ no build step, nothing fetched from outside). The JSON routes, all read-only:
 - `GET /api/runs/{run}/interactions/{interaction_id}`: messages, reply, tokens.
 
 Errors are `{"error": {"message", "type", "param"}}` with the error's status (404 for an unknown
-run, session or interaction; 400 for a bad sort or discount).
+run, session, interaction or file; 400 for a bad parameter: a sort, a discount, a limit).
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 
-from rltap.errors import NotFound, RltapError
+from rltap.errors import InvalidRequest, NotFound, RltapError
 from rltap.store.read import StoreReader
 from rltap.view import data
 from rltap.view.runs import Run, find_runs
@@ -78,6 +79,10 @@ class _Runs:
 
 
 async def _error(request: Request, exc: Exception) -> JSONResponse:
+    if isinstance(exc, RequestValidationError):  # a query parameter of the wrong type or range
+        first = exc.errors()[0]
+        name = str(first["loc"][-1])
+        exc = InvalidRequest(f"{name}: {first['msg']}", param=name)
     assert isinstance(exc, RltapError)
     body = {"message": str(exc), "type": exc.error_type, "param": getattr(exc, "param", None)}
     return JSONResponse({"error": body}, status_code=exc.status_code)
@@ -88,6 +93,7 @@ def create_view_app(source: Path, tokenizer: Path | None = None) -> FastAPI:
     runs = _Runs(source, tokenizer)
     app = FastAPI(title="rltap viewer", version="0.1.0")
     app.add_exception_handler(RltapError, _error)
+    app.add_exception_handler(RequestValidationError, _error)
 
     @app.get("/", include_in_schema=False)
     def page() -> FileResponse:
