@@ -123,6 +123,7 @@ def test_an_actor_killed_mid_episode_loses_nothing_and_nothing_is_written_twice(
     assert (summary["episodes_ok"], summary["episodes_failed"]) == (12, 0)
     assert summary["episodes_retried"] == started - finished
     assert "rltap rollout" in stdout
+    assert f"{started - finished} episodes ran again after losing their actor" in stderr
 
 
 def _vllm_argv(argv: list[str], urls: list[str]) -> list[str]:
@@ -212,6 +213,13 @@ def _closed_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def test_ray_takes_no_running_proxy(tmp_path: Path, ray_agent: Callable[[str], str]) -> None:
+    data, _ = _rows(tmp_path, 3)
+    argv = _argv(ray_agent("RecordingAgent"), data, tmp_path / "out", tmp_path, "--ray")
+    with pytest.raises(SystemExit, match="it takes no --proxy"):
+        main([*argv, "--proxy", "http://127.0.0.1:8000", "--admin-key", "k"])
 
 
 def test_without_ray_the_flag_names_the_extra(

@@ -261,4 +261,6 @@ def rollout_command(
     Console().print(summary_table({Path(args.agent).name: summary}))
     if summary.errors:
         console.print(f"[yellow]{len(summary.errors)} episodes failed; first: {summary.errors[0]}")
+    if summary.episodes_retried:
+        console.print(f"{summary.episodes_retried} episodes ran again after losing their actor")
     return 1 if summary.episodes_ok == 0 and summary.episodes_failed > 0 else 0

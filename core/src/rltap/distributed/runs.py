@@ -65,6 +65,8 @@ async def _await(ref: Any) -> Any:
 
 async def ray_rollout(args: argparse.Namespace, console: Console) -> RolloutSummary:
     """`rltap rollout --ray`: the rows' episodes on the actors, the files written here."""
+    if args.proxy:
+        raise SystemExit("--ray starts a proxy in each rollout actor: it takes no --proxy")
     rows = load_rows(Path(args.data))
     try:
         async with ray_actors(args, args.style) as pool:
