@@ -64,10 +64,14 @@ def test_a_session_is_exported_once_across_the_restart(recorded: Recorded) -> No
     assert again.status_code == 404
 
 
-def test_an_old_key_is_refused_after_the_restart(recorded: Recorded) -> None:
+def test_an_old_key_is_told_its_session_is_gone_after_the_restart(recorded: Recorded) -> None:
+    session = recorded.sessions["open"]
     body = {"model": "tiny", "messages": [{"role": "user", "content": "still there?"}]}
-    reply = recorded.restarted.session("/v1/chat/completions", recorded.sessions["open"].key, body)
-    assert reply.status_code == 401
+    reply = recorded.restarted.session("/v1/chat/completions", session.key, body)
+    assert reply.status_code == 410  # known by its digest in the store: gone, not invalid
+    assert f"session {session.session_id} belonged to an earlier proxy" in reply.text
+    unknown = recorded.restarted.session("/v1/chat/completions", "sk-never-issued", body)
+    assert unknown.status_code == 401
 
 
 def test_session_keys_are_stored_as_digests_only(recorded: Recorded) -> None:

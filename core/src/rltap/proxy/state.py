@@ -162,11 +162,16 @@ class SessionStore:
         if not key:
             msg = "missing API key: send the session key as 'Authorization: Bearer <key>'"
             raise AuthenticationError(msg)
-        record = self._by_key.get(key_digest(key))
+        digest = key_digest(key)
+        record = self._by_key.get(digest)
         if record is None:
             if self.is_admin(key):
                 msg = "the admin key is not a session key; start a session for its key"
                 raise PermissionDenied(msg)
+            stored = None if self.capture is None else self.capture.session_of_key(digest)
+            if stored is not None:  # a session of an earlier proxy on this store
+                msg = f"session {stored} belonged to an earlier proxy; start a new one"
+                raise SessionGone(msg)
             msg = "invalid API key"
             raise AuthenticationError(msg)
         if record.state is not SessionState.ACTIVE:

@@ -64,6 +64,9 @@ class CaptureStore:
         )
         self._last: concurrent.futures.Future[Any] | None = None
         self._pruned_at = time.monotonic()
+        # Reads on the proxy's side (a key it does not know), beside the writer's connection.
+        self._reader = sqlite3.connect(self.path, check_same_thread=False)
+        self._read_lock = threading.Lock()
         self._thread = threading.Thread(
             target=self._write, args=(conn,), name="rltap-capture-store", daemon=True
         )
@@ -105,6 +108,7 @@ class CaptureStore:
         """Write what is queued, then stop the writer."""
         self._jobs.put(None)
         self._thread.join()
+        self._reader.close()
 
     # What the proxy records ---------------------------------------------------------------------
     def journal(self, session_id: str) -> SessionJournal:
@@ -132,6 +136,14 @@ class CaptureStore:
         if retention is not None and time.monotonic() - self._pruned_at > _PRUNE_EVERY:
             self._pruned_at = time.monotonic()
             self.submit(lambda conn: prune(conn, retention))
+
+    def session_of_key(self, key_hash: bytes) -> str | None:
+        """The stored session whose key has this digest (an indexed read, on the caller's
+        thread: only a key the proxy does not know asks it), or None."""
+        query = "SELECT session_id FROM sessions WHERE key_hash = ? ORDER BY started DESC"
+        with self._read_lock:
+            row = self._reader.execute(query, (key_hash,)).fetchone()
+        return None if row is None else str(row[0])
 
     def load(self, session_id: str) -> StoredSession | None:
         """A session as stored (blocking: call it on a thread); None if it is not there."""

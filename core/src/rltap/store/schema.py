@@ -32,6 +32,7 @@ CREATE TABLE IF NOT EXISTS sessions (
     exported REAL
 );
 CREATE INDEX IF NOT EXISTS sessions_by_export ON sessions (exported);
+CREATE INDEX IF NOT EXISTS sessions_by_key ON sessions (key_hash);
 CREATE TABLE IF NOT EXISTS interactions (
     interaction_id TEXT PRIMARY KEY,
     session_id TEXT NOT NULL,
