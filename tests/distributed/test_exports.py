@@ -1,0 +1,42 @@
+"""`rltap.distributed`'s public names, and Ray imported only when used."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import rltap.distributed
+
+EXPECTED_ALL = [
+    "RAY_EXTRA",
+    "ActorInfo",
+    "ActorPool",
+    "NoLiveActors",
+    "RayWeightSync",
+    "RolloutActor",
+    "add_ray_arguments",
+    "ray_actors",
+    "ray_rollout",
+    "ray_training",
+    "require_ray",
+]
+
+
+def test_all_is_the_declared_public_api() -> None:
+    assert sorted(rltap.distributed.__all__) == sorted(EXPECTED_ALL)
+
+
+@pytest.mark.parametrize("name", EXPECTED_ALL)
+def test_every_public_name_resolves(name: str) -> None:
+    assert getattr(rltap.distributed, name) is not None
+
+
+def test_rltap_and_its_cli_import_without_ray() -> None:
+    code = (
+        "import sys, rltap, rltap.cli, rltap.distributed, rltap.rollout\n"
+        "rltap.cli.build_parser()\n"
+        "assert 'ray' not in sys.modules, 'ray imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
