@@ -18,6 +18,7 @@ for AReaL catches it: every `InvalidRequest` is a `ValueError`, `InteractionNotF
     ├── SessionGone (410)
     ├── PayloadTooLarge (413)
     ├── CapacityExhausted (429, retry_after)
+    ├── StoreUnavailable (503: the durable capture store could not record a call)
     └── EngineError (502; is_retryable)
         ├── EngineUnavailable (503, retryable)
         └── EngineTimeout (504, retryable)
@@ -42,6 +43,7 @@ __all__ = [
     "PermissionDenied",
     "RltapError",
     "SessionGone",
+    "StoreUnavailable",
     "ThreadNotFound",
     "error_for_status",
 ]
@@ -132,6 +134,15 @@ class CapacityExhausted(RltapError):
     def __init__(self, message: str, *, retry_after: float = 1.0) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class StoreUnavailable(RltapError):
+    """The capture store (`rltap serve --store`) failed to write: the reply is not sent as if
+    it were recorded."""
+
+    status_code = 503
+    error_type = "server_error"
+    code = "store_unavailable"
 
 
 class EngineError(RltapError):

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rltap.errors import StoreUnavailable
 from rltap.store.retention import Retention, prune
 from rltap.store.rows import INSERT_INTERACTION, StoredSession, interaction_row, load_session
 from rltap.store.schema import connect
@@ -84,7 +85,8 @@ class CaptureStore:
         self.submit(lambda conn: conn.execute(sql, parameters))
 
     async def durable(self) -> None:
-        """Wait until every job submitted so far is committed (its error, if it failed)."""
+        """Wait until every job submitted so far is committed; `StoreUnavailable` (503) if the
+        last one failed."""
         last = self._last
         if last is not None and not last.done():
             await asyncio.wrap_future(last)
@@ -99,7 +101,9 @@ class CaptureStore:
                     result = job(conn)
             except Exception as exc:  # the awaiting reply reports it; the writer goes on
                 _log.exception("capture store write failed")
-                future.set_exception(exc)
+                error = StoreUnavailable(f"the capture store {self.path} failed to write: {exc}")
+                error.__cause__ = exc
+                future.set_exception(error)
             else:
                 future.set_result(result)
         conn.close()
