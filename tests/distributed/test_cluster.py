@@ -3,6 +3,9 @@ of `--url`, each with its own capture store, placed on its server's node when Ra
 
 from __future__ import annotations
 
+import argparse
+from pathlib import Path
+
 import pytest
 import ray
 
@@ -46,3 +49,23 @@ def test_a_server_is_placed_on_its_node(ray_address: str) -> None:
     assert server_node(f"http://{node_ip}:8000") == here
     assert server_node("http://192.0.2.77:8000") is None  # no Ray node there
     assert server_node("http://no-such-host.invalid:8000") is None
+
+
+@pytest.mark.parametrize(
+    ("value", "address"),
+    [
+        pytest.param("true", "", id="true-local"),
+        pytest.param("false", None, id="false-off"),
+        pytest.param("head:6379", "head:6379", id="address"),
+    ],
+)
+def test_a_train_config_file_names_the_cluster(
+    tmp_path: Path, value: str, address: str | None
+) -> None:
+    from rltap.train.config import add_train_arguments, parse_with_config
+
+    config = tmp_path / "run.yaml"
+    config.write_text(f"agent: a.py:A\ndata: d\nmodel: m\nout: o\nray: {value}\n")
+    parser = argparse.ArgumentParser()
+    add_train_arguments(parser)
+    assert parse_with_config(parser, ["--config", str(config)]).ray == address

@@ -90,6 +90,8 @@ def parse_with_config(parser: argparse.ArgumentParser, argv: Sequence[str]) -> a
     for name in ("steps", "rows_per_step", "group_size", "concurrency", "save_every"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    if isinstance(args.ray, bool):  # a file's `ray: true` is a local cluster, `false` none
+        args.ray = "" if args.ray else None
     if args.async_rollouts and args.max_staleness < 1:
         parser.error("--async trains on tokens one version old: it needs --max-staleness >= 1")
     return args
