@@ -215,6 +215,20 @@ def _closed_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def test_actors_that_cannot_start_say_why(
+    ray_address: str, ray_agent: Callable[[str], str], tmp_path: Path
+) -> None:
+    data, _ = _rows(tmp_path, 3)
+    argv = ["rollout", ray_agent("RecordingAgent"), "--data", str(data), "--out",
+            str(tmp_path / "out"), "--engine", "vllm", "--url", "http://127.0.0.1:9"]  # fmt: skip
+    with pytest.raises(SystemExit) as stopped:
+        main([*argv, "--ray", ray_address])
+    assert str(stopped.value) == (
+        "rltap rollout: the rollout actors did not start: --tokenizer (or --model) must name "
+        "a local tokenizer folder"
+    )
+
+
 def test_ray_takes_no_running_proxy(tmp_path: Path, ray_agent: Callable[[str], str]) -> None:
     data, _ = _rows(tmp_path, 3)
     argv = _argv(ray_agent("RecordingAgent"), data, tmp_path / "out", tmp_path, "--ray")

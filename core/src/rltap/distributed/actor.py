@@ -60,8 +60,11 @@ class RolloutActor:
         transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
         if ray.get_gpu_ids():  # GPUs Ray gave this actor: the embedded engine runs there
             self._args.device = "cuda"
-        serving = await self._stack.enter_async_context(local_proxy(self._args))
-        workflow = agent_workflow(self._args, serving.url, serving.admin_key, style=self._style)
+        try:
+            serving = await self._stack.enter_async_context(local_proxy(self._args))
+            workflow = agent_workflow(self._args, serving.url, serving.admin_key, style=self._style)
+        except SystemExit as exc:  # a flag refused: its message, not a worker that exited
+            raise ValueError(str(exc)) from None
         self._stack.push_async_callback(workflow.aclose)
         self._serving, self._episodes = serving, LocalEpisodes(workflow)
         node = str(ray.get_runtime_context().get_node_id())

@@ -34,7 +34,8 @@ async def ray_actors(args: argparse.Namespace, style: ExportStyle) -> AsyncItera
         try:
             infos = await asyncio.gather(*(handle.start.remote() for handle in handles))
         except ray.exceptions.RayError as exc:
-            msg = f"the rollout actors did not start: {exc}"
+            cause = getattr(exc, "cause", None)  # what start() raised, past Ray's wrapping
+            msg = f"the rollout actors did not start: {cause or exc}"
             raise NoLiveActors(msg) from exc
         yield ActorPool(
             handles,
