@@ -20,7 +20,10 @@ def add_view_command(subparsers: Any) -> None:
         "histogram and, for rltap train runs, the reward per step. Works offline.",
     )
     view.add_argument("source", type=Path, help="capture store, run folder or folder of runs")
-    view.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    view.add_argument(
+        "--host", default="127.0.0.1",
+        help="bind address (default 127.0.0.1; the viewer has no authentication)",
+    )  # fmt: skip
     view.add_argument("--port", type=int, default=8765, help="port (default 8765)")
     view.add_argument(
         "--tokenizer", type=Path, default=None,
