@@ -1,7 +1,10 @@
-"""One local Ray cluster for the whole folder (2 CPUs: the tests' rollout actors take 1 each).
+"""The Ray tests' fixtures: one local cluster (2 CPUs: the rollout actors take 1 each) for the
+module that uses it (test_ray.py; a module runs on one pytest-xdist worker, so one cluster),
+the agents named by path, and instant vLLM servers (bench/fake_vllm.py).
 
-Starting it takes seconds; every test's actors come and go on it. Drivers run in this process
-(already connected, so `--ray ADDRESS` is a no-op) or as a `rltap` process joining by address.
+Starting the cluster takes seconds; every test's actors come and go on it. Drivers run in this
+process (already connected, so `--ray ADDRESS` is a no-op) or as a `rltap` process joining by
+address.
 """
 
 from __future__ import annotations
@@ -22,17 +25,18 @@ AGENTS_FILE = Path(__file__).parent / "agents" / "ray_agents.py"
 FAKE_VLLM = Path(__file__).resolve().parents[2] / "bench" / "fake_vllm.py"
 
 
-@pytest.fixture(scope="package")
+@pytest.fixture(scope="module")
 def ray_address() -> Iterator[str]:
     """The GCS address of a local cluster started here (what `--ray ADDRESS` takes)."""
-    ray.init(num_cpus=2, include_dashboard=False)
+    # "local": a cluster of its own, even if another one runs on this machine.
+    ray.init(address="local", num_cpus=2, include_dashboard=False)
     try:
         yield ray.get_runtime_context().gcs_address
     finally:
         ray.shutdown()
 
 
-@pytest.fixture(scope="package")
+@pytest.fixture(scope="module")
 def ray_agent() -> Callable[[str], str]:
     def spec(name: str) -> str:
         return f"{AGENTS_FILE}:{name}"

@@ -1,5 +1,6 @@
-"""Where the rollout actors go and what each is told: one per embedded replica or per server
-of `--url`, each with its own capture store, placed on its server's node when Ray knows it."""
+"""What each rollout actor is told: one per embedded replica or per server of `--url`, each
+with its own capture store; the flags' errors; `ray:` in a train config file. (Placement on a
+server's node needs the cluster: tests/distributed/test_ray.py.)"""
 
 from __future__ import annotations
 
@@ -7,10 +8,9 @@ import argparse
 from pathlib import Path
 
 import pytest
-import ray
 
 from rltap.cli import build_parser
-from rltap.distributed.cluster import actor_args, server_node
+from rltap.distributed.cluster import actor_args
 
 
 def _rollout_args(*options: str) -> list[str]:
@@ -40,15 +40,6 @@ def test_embedded_replicas_and_the_flags_errors() -> None:
     )
     with pytest.raises(SystemExit, match="--replicas 3 but 2 servers in --url"):
         actor_args(parse(mismatch))
-
-
-def test_a_server_is_placed_on_its_node(ray_address: str) -> None:
-    here = ray.get_runtime_context().get_node_id()
-    node_ip = ray.util.get_node_ip_address()
-    assert server_node("http://127.0.0.1:8000") == here  # loopback: the driver's node
-    assert server_node(f"http://{node_ip}:8000") == here
-    assert server_node("http://192.0.2.77:8000") is None  # no Ray node there
-    assert server_node("http://no-such-host.invalid:8000") is None
 
 
 @pytest.mark.parametrize(
