@@ -1,4 +1,5 @@
-"""`--store-retention`: exported sessions pruned by age or count; the rest never."""
+"""`--store-retention`: exported sessions pruned by age or count; the rest never. One writer a
+store."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rltap.cache import InteractionCache
-from rltap.store import CaptureStore, Retention, parse_retention
+from rltap.store import CaptureStore, Retention, StoreInUse, parse_retention
 from rltap.store.retention import prune
 from rltap.types import InteractionWithTokenLogpReward, ModelResponse
 
@@ -88,3 +89,11 @@ def test_a_bad_retention_is_refused_by_rltap_serve(tiny_model_dir: Path, text: s
     args: argparse.Namespace = build_parser().parse_args(argv)
     with pytest.raises(SystemExit, match="--store-retention takes an age"):
         serve_config(args, "k" * 32)
+
+
+def test_a_second_writer_on_a_store_is_refused_until_the_first_closes(tmp_path: Path) -> None:
+    first = CaptureStore(tmp_path / "capture.sqlite")
+    with pytest.raises(StoreInUse, match="open in another proxy"):
+        CaptureStore(tmp_path / "capture.sqlite")
+    first.close()
+    CaptureStore(tmp_path / "capture.sqlite").close()

@@ -205,7 +205,12 @@ def run_serve(args: argparse.Namespace) -> int:
     if generated:
         admin_key = secrets.token_urlsafe(24)
     setup = serve_config(args, admin_key)
-    app = create_app(setup.engine, setup.renderer, setup.config)
+    from rltap.store.capture import StoreInUse
+
+    try:
+        app = create_app(setup.engine, setup.renderer, setup.config)
+    except StoreInUse as exc:
+        raise SystemExit(str(exc)) from None
     if generated:
         print(f"rltap admin key (generated): {admin_key}", flush=True)
     print(f"rltap proxy on http://{args.host}:{args.port} (engine {args.engine})", flush=True)

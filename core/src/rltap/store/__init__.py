@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from rltap._lazy import lazy_getattr
 
 if TYPE_CHECKING:
-    from rltap.store.capture import CaptureStore, SessionJournal
+    from rltap.store.capture import CaptureStore, SessionJournal, StoreInUse
     from rltap.store.retention import Retention, parse_retention
     from rltap.store.rows import StoredSession
 
@@ -21,6 +21,7 @@ __all__ = [
     "CaptureStore",
     "Retention",
     "SessionJournal",
+    "StoreInUse",
     "StoredSession",
     "parse_retention",
 ]
@@ -29,6 +30,7 @@ _LAZY = {
     "CaptureStore": "rltap.store.capture",
     "Retention": "rltap.store.retention",
     "SessionJournal": "rltap.store.capture",
+    "StoreInUse": "rltap.store.capture",
     "StoredSession": "rltap.store.rows",
     "parse_retention": "rltap.store.retention",
 }

@@ -9,13 +9,17 @@ SIGKILL of the proxy.
 
 Opening a store recovers it: sessions still `active` there belonged to a proxy that died; they
 become `interrupted`, their finished calls exportable (`/export_trajectories`, `rltap export`).
-One proxy writes a store at a time.
+One proxy writes a store at a time: it holds an exclusive lock on `PATH.lock` while it is open
+(the kernel drops it when the process dies, SIGKILL included), and a second proxy on the same
+store gets `StoreInUse` instead of turning the first one's live sessions into `interrupted`.
+Readers (`rltap export`, `inspect`, `view`) take no lock.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import fcntl
 import logging
 import queue
 import sqlite3
@@ -23,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from rltap.errors import StoreUnavailable
 from rltap.store.retention import Retention, prune
@@ -31,11 +35,26 @@ from rltap.store.rows import INSERT_INTERACTION, StoredSession, interaction_row,
 from rltap.store.schema import connect
 from rltap.types import InteractionWithTokenLogpReward
 
-__all__ = ["CaptureStore", "SessionJournal"]
+__all__ = ["CaptureStore", "SessionJournal", "StoreInUse"]
 
 _log = logging.getLogger(__name__)
 Job = Callable[[sqlite3.Connection], Any]
 _PRUNE_EVERY = 5.0  # seconds between two retention passes
+
+
+class StoreInUse(RuntimeError):
+    """Another process has the store open for writing."""
+
+
+def _lock(path: Path) -> IO[bytes]:
+    handle = path.with_name(path.name + ".lock").open("ab")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        msg = f"the capture store {path} is open in another proxy; one proxy writes a store"
+        raise StoreInUse(msg) from None
+    return handle
 
 
 class CaptureStore:
@@ -52,9 +71,11 @@ class CaptureStore:
     def __init__(self, path: Path, retention: Retention | None = None) -> None:
         self.path = Path(path)
         self.retention = retention
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = _lock(self.path)
         conn = connect(self.path, check_same_thread=False)
         with _transaction(conn):
-            self.interrupted = conn.execute(
+            self.interrupted = conn.execute(  # how many a dead proxy left open
                 "UPDATE sessions SET state = 'interrupted' WHERE state = 'active'"
             ).rowcount
         if retention is not None:
@@ -113,6 +134,7 @@ class CaptureStore:
         self._jobs.put(None)
         self._thread.join()
         self._reader.close()
+        self._lock.close()  # the lock goes with its file
 
     # What the proxy records ---------------------------------------------------------------------
     def journal(self, session_id: str) -> SessionJournal:
