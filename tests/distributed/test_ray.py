@@ -123,7 +123,8 @@ def test_an_actor_killed_mid_episode_loses_nothing_and_nothing_is_written_twice(
 
     _assert_each_episode_once(out, 6)
     events = _jsonl(record)
-    # Every episode the killed actor had started and not finished ran again on the other one.
+    # Every episode the killed actor had started and not finished ran again on the other one
+    # (each of the 12 finished once).
     started = sum(e["event"] == "start" and e["pid"] == killed for e in events)
     finished = sum(e["event"] == "done" and e["pid"] == killed for e in events)
     assert started - finished >= 1
@@ -138,9 +139,12 @@ def test_an_actor_killed_mid_episode_loses_nothing_and_nothing_is_written_twice(
         assert in_flight[event["pid"]] <= 2
     summary = json.loads((out / "summary.json").read_text())
     assert (summary["episodes_ok"], summary["episodes_failed"]) == (12, 0)
-    assert summary["episodes_retried"] == started - finished
+    # Ran again: what the killed actor held, its agents' unfinished episodes and any not yet
+    # begun there, at most its 2 slots.
+    retried = summary["episodes_retried"]
+    assert started - finished <= retried <= 2
     assert "rltap rollout" in stdout
-    assert f"{started - finished} episodes ran again after losing their actor" in stderr
+    assert f"{retried} episodes ran again after losing their actor" in stderr
 
 
 def _vllm_argv(argv: list[str], urls: list[str]) -> list[str]:
