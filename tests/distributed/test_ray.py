@@ -325,7 +325,8 @@ async def test_episodes_go_to_the_least_loaded_actor_and_never_beyond_its_bound(
     assert [r.lines[0]["row"] for r in results if r.lines] == list(range(8))
     stats = [await handle.stats.remote() for handle in handles]
     assert [most for most, _ in stats] == [2, 2]
-    assert sorted(len(ran) for _, ran in stats) == [4, 4]
+    assert sum(len(ran) for _, ran in stats) == 8
+    assert min(len(ran) for _, ran in stats) >= 2  # both took their 2 at the start
     assert all(r.retries == 0 for r in results)
     # With room to spare on each, episodes still spread: the least loaded actor goes first.
     roomy, handles = make_pool(2, per_actor=10, max_retries=0)
