@@ -48,8 +48,9 @@ def _install(session: nox.Session, *requirements: str) -> None:
 @nox.session(python="3.11")
 @nox.parametrize("framework", FRAMEWORKS)
 def integration(session: nox.Session, framework: str) -> None:
-    """Install core + one adapter with its framework, then run that adapter's tests."""
-    _install(session, "-e", "core[embedded]", "-e", f"integrations/{framework}", *TEST_TOOLS)
+    """Install core (with Ray: each adapter's tests run its example on Ray rollout actors too)
+    + one adapter with its framework, then run that adapter's tests."""
+    _install(session, "-e", "core[embedded,ray]", "-e", f"integrations/{framework}", *TEST_TOOLS)
     session.run("pytest", "-q", "-p", "no:cacheprovider", f"integrations/{framework}/tests")
 
 
