@@ -58,7 +58,7 @@ FRAMEWORK_MODULES = {
     "rltap_camel": "camel",
     "rltap_langchain": "langchain",
 }
-RUN_HERE = ("serve", "rollout", "train", "models")
+RUN_HERE = ("serve", "rollout", "train", "models", "inspect", "export", "view")
 _FILE_BLOCK = re.compile(r"# (?P<name>[\w.-]+\.py)")
 
 
@@ -308,14 +308,8 @@ class Walk:
         return text
 
 
-async def _serve(walk: Walk, step: Step) -> None:
-    engine = step.argv[step.argv.index("--engine") + 1] if "--engine" in step.argv else ""
-    mapping = {MODEL: str(walk.model_dir)}
-    if engine == "vllm":
-        mapping[VLLM] = await walk.stack.enter_async_context(_fake_vllm())
-    elif engine == "sglang":
-        mapping[SGLANG] = await walk.stack.enter_async_context(_fake_sglang())
-    argv = walk.rltap(step, mapping)
+async def _start(walk: Walk, step: Step, argv: list[str], ready: str) -> str:
+    """Run `argv` (a server with `--port`) until the walk ends; its URL once `ready` answers 200."""
     port = argv[argv.index("--port") + 1]
     url = f"http://127.0.0.1:{port}"
     log = (walk.cwd / f"serve-{port}.log").open("wb")
@@ -334,11 +328,21 @@ async def _serve(walk: Walk, step: Step) -> None:
         for _ in range(600):
             assert process.returncode is None, f"{step.label} stopped:\n{_tail(walk, port)}"
             with contextlib.suppress(httpx.TransportError):
-                if (await http.get("/health")).status_code == 200:
-                    break
+                if (await http.get(ready)).status_code == 200:
+                    return url
             await asyncio.sleep(0.2)
-        else:
-            raise AssertionError(f"{step.label}: /health never answered:\n{_tail(walk, port)}")
+    raise AssertionError(f"{step.label}: {ready} never answered:\n{_tail(walk, port)}")
+
+
+async def _serve(walk: Walk, step: Step) -> None:
+    engine = step.argv[step.argv.index("--engine") + 1] if "--engine" in step.argv else ""
+    mapping = {MODEL: str(walk.model_dir)}
+    if engine == "vllm":
+        mapping[VLLM] = await walk.stack.enter_async_context(_fake_vllm())
+    elif engine == "sglang":
+        mapping[SGLANG] = await walk.stack.enter_async_context(_fake_sglang())
+    url = await _start(walk, step, walk.rltap(step, mapping), "/health")
+    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
         admin = {"authorization": f"Bearer {ADMIN_KEY}"}
         session = (await http.post("/rl/start_session", json={}, headers=admin)).json()
         body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
@@ -348,6 +352,44 @@ async def _serve(walk: Walk, step: Step) -> None:
         assert reply.json()["choices"][0]["finish_reason"] in ("stop", "length")
     if walk.proxy_url is None:
         walk.proxy_url = url
+
+
+async def _inspect(walk: Walk, step: Step) -> None:
+    text = await walk.run(walk.rltap(step, {}), step.label)
+    summary = json.loads((walk.cwd / step.argv[2] / "summary.json").read_text())
+    rows = {cells[0]: cells for cells in _table_rows(text)}
+    # state, sessions, exported, calls ok, ...: every episode a session, every line a call
+    assert rows["all"][1] == str(summary["episodes_ok"]), f"{step.label}:\n{text}"
+    assert rows["all"][3] == str(summary["interactions"]), f"{step.label}:\n{text}"
+
+
+async def _export(walk: Walk, step: Step) -> None:
+    import pyarrow.parquet as pq
+
+    await walk.run(walk.rltap(step, {}), step.label)
+    summary = json.loads((walk.cwd / step.argv[2] / "summary.json").read_text())
+    table = pq.read_table(walk.cwd / step.argv[step.argv.index("--out") + 1])
+    assert table.num_rows == summary["interactions"], (step.label, table.num_rows, summary)
+    assert all(len(ids) > 0 for ids in table.column("input_ids").to_pylist())
+
+
+async def _view(walk: Walk, step: Step) -> None:
+    url = await _start(walk, step, walk.rltap(step, {}), "/api/runs")
+    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+        runs = (await http.get("/api/runs")).json()["runs"]
+        page = await http.get("/")
+    source = walk.cwd / step.argv[2]
+    stores = {str(path.parent.relative_to(source)) for path in source.rglob("capture.sqlite")}
+    assert stores, f"{step.label}: no capture store under {source}"
+    assert {run["name"] for run in runs} == stores, (step.label, runs, stores)
+    assert page.status_code == 200, step.label
+    assert "<html" in page.text.lower(), step.label
+
+
+def _table_rows(text: str) -> list[list[str]]:
+    """The cells of each body row of a rich table printed in `text`."""
+    rows = [re.split(r"\s*│\s*", line.strip()) for line in text.splitlines() if "│" in line]
+    return [[cell for cell in row if cell] for row in rows]
 
 
 def _tail(walk: Walk, port: str) -> str:
@@ -431,6 +473,12 @@ async def _run_step(walk: Walk, step: Step) -> None:
         await _rollout(walk, step)
     elif step.kind == "train":
         await _train(walk, step)
+    elif step.kind == "inspect":
+        await _inspect(walk, step)
+    elif step.kind == "export":
+        await _export(walk, step)
+    elif step.kind == "view":
+        await _view(walk, step)
     elif step.kind == "models":
         await walk.run(walk.rltap(step, {}), step.label)
         assert (walk.cwd / step.argv[3] / "tokenizer.json").is_file()
