@@ -43,7 +43,13 @@ _MIN_PUBLIC_KEY_LEN = 16
 # proxy-headers middleware, on by default, would be one more layer on every request for nothing.
 # Nor does it send `server: uvicorn`: uvicorn checks every response header against two regular
 # expressions, and that one says nothing a client needs.
+# An idle connection stays open longer than any client keeps one for reuse (httpx and the OpenAI
+# SDK: 5 s, aiohttp: 15 s). At uvicorn's default of 5 s, a client reusing a connection idle for
+# about 5 s (a workflow's client between two training steps) raced the server closing it and got
+# a ReadError on a request the proxy never saw.
+_KEEP_ALIVE_SECONDS = 75
 UVICORN_OPTIONS: dict[str, Any] = {
+    "timeout_keep_alive": _KEEP_ALIVE_SECONDS,
     "log_level": "warning",
     "access_log": False,
     "proxy_headers": False,
