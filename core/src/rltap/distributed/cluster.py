@@ -17,7 +17,15 @@ from urllib.parse import urlsplit
 
 from rltap.export import ExportStyle
 
-__all__ = ["RAY_EXTRA", "actor_args", "connect", "require_ray", "server_node", "start_actors"]
+__all__ = [
+    "RAY_EXTRA",
+    "actor_args",
+    "actor_store",
+    "connect",
+    "require_ray",
+    "server_node",
+    "start_actors",
+]
 
 RAY_EXTRA = "rltap[ray]"
 _SERVER_ENGINES = ("vllm", "sglang")
@@ -53,10 +61,15 @@ def actor_args(args: argparse.Namespace) -> list[argparse.Namespace]:
         if url is not None:
             spec.url = url
         store = getattr(spec, "store", None)
-        if store:  # one SQLite writer per file: capture-actor0.sqlite, capture-actor1.sqlite, ...
-            path = Path(store)
-            spec.store = str(path.with_name(f"{path.stem}-actor{index}{path.suffix}"))
+        if store:
+            spec.store = str(actor_store(Path(store), index))
     return specs
+
+
+def actor_store(store: Path, index: int) -> Path:
+    """Actor `index`'s capture store for `--store STORE`: one SQLite writer per file
+    (capture.sqlite -> capture-actor0.sqlite, capture-actor1.sqlite, ...)."""
+    return store.with_name(f"{store.stem}-actor{index}{store.suffix}")
 
 
 def _servers_or_replicas(args: argparse.Namespace) -> list[str | None]:

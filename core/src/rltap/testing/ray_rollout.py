@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rltap.distributed.cluster import actor_store
 from rltap.rollout_io import SUMMARY, load_trajectories
 from rltap.store.read import StoreReader
 from rltap.testing.models import cached_tiny_model_dir
@@ -47,7 +48,7 @@ class RayRollout:
 def _actor_sessions(out: Path) -> list[set[str]]:
     sessions: list[set[str]] = []
     for index in range(REPLICAS):
-        path = out / f"{Path(STORE).stem}-actor{index}{Path(STORE).suffix}"
+        path = actor_store(out / STORE, index)
         if not path.is_file():
             sessions.append(set())
             continue
