@@ -131,7 +131,11 @@ def test_an_actor_killed_mid_episode_loses_nothing_and_nothing_is_written_twice(
     survivors = {e["pid"] for e in events} - {killed}
     assert len(survivors) == 1
     done = [e for e in events if e["event"] == "done"]
-    assert len(done) == 12
+    # Every episode finished; one whose agent finished on the killed actor just before the kill
+    # never reached the driver, so it ran again (and was written once, checked above).
+    assert {e["question"] for e in done} == {f"question {row}" for row in range(6)}
+    rerun_after_done = len(done) - 12
+    assert rerun_after_done >= 0
     # No actor held more than concurrency x group size = 2 episodes at once.
     in_flight = dict.fromkeys({e["pid"] for e in events}, 0)
     for event in events:
@@ -139,10 +143,10 @@ def test_an_actor_killed_mid_episode_loses_nothing_and_nothing_is_written_twice(
         assert in_flight[event["pid"]] <= 2
     summary = json.loads((out / "summary.json").read_text())
     assert (summary["episodes_ok"], summary["episodes_failed"]) == (12, 0)
-    # Ran again: what the killed actor held, its agents' unfinished episodes and any not yet
-    # begun there, at most its 2 slots.
+    # Ran again: what the killed actor held, at most its 2 slots: its agents' unfinished
+    # episodes, those finished but not yet handed back, and any not yet begun there.
     retried = summary["episodes_retried"]
-    assert started - finished <= retried <= 2
+    assert started - finished + rerun_after_done <= retried <= 2
     assert "rltap rollout" in stdout
     assert f"{retried} episodes ran again after losing their actor" in stderr
 
