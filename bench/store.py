@@ -3,8 +3,8 @@
 (a) Write cost per call: two proxies in front of the same instant vLLM-compatible server
     (bench/fake_vllm.py), one with `--store`, one without; 4-call sessions, their calls
     interleaved (one call to each proxy in turn, so drift hits both alike). The store's cost is
-    the difference of the median latencies (goal: <= 0.1 ms). Each stored reply waits for its
-    row to be committed by the writer thread.
+    the difference of the median latencies (goal: <= 0.1 ms). Each stored reply waits until its
+    row is in the pipe to the store's writer process (`rltap.store.writer`).
 (b) Scale: a store filled with `--sessions` sessions of 4 calls (default 10,000) through the
     proxy's own write path (`InteractionCache` journalling to `CaptureStore`: session started,
     4 calls completed, a reward, session ended), each call 200 prompt + 32 generated tokens.
@@ -136,9 +136,9 @@ def fill_store(path: Path, sessions: int, progress: Progress) -> dict[str, float
         cache.set_last_reward((number % 11) / 10)
         store.session_ended(session_id, "ended")
         if number % 500 == 0:
-            store.submit(lambda conn: None).result()  # keep the queue short
+            store.flush()  # keep what waits in memory short
             progress.update(task, completed=number)
-    store.submit(lambda conn: None).result()
+    store.flush()
     elapsed = time.perf_counter() - started
     store.close()
     progress.update(task, completed=sessions)

@@ -27,7 +27,7 @@ def _record(store: CaptureStore, session_id: str, exported: bool) -> None:
     store.session_ended(session_id, "ended")
     if exported:
         store.session_exported(session_id)
-    store.submit(lambda conn: None).result()
+    store.flush()
 
 
 def _stored(path: Path) -> dict[str, int]:
@@ -94,6 +94,6 @@ def test_a_bad_retention_is_refused_by_rltap_serve(tiny_model_dir: Path, text: s
 def test_a_second_writer_on_a_store_is_refused_until_the_first_closes(tmp_path: Path) -> None:
     first = CaptureStore(tmp_path / "capture.sqlite")
     with pytest.raises(StoreInUse, match="open in another proxy"):
-        CaptureStore(tmp_path / "capture.sqlite")
+        CaptureStore(tmp_path / "capture.sqlite", lock_wait=0.2)
     first.close()
     CaptureStore(tmp_path / "capture.sqlite").close()

@@ -42,7 +42,7 @@ class CacheJournal(Protocol):
     """Where a cache writes down what it records (`rltap.store`'s durable capture store).
 
     The hooks run under the cache's lock, so they only hand the work on; `durable` waits until
-    everything handed on so far is written."""
+    everything handed on so far is safe from the process dying."""
 
     def recorded(self, interaction: InteractionWithTokenLogpReward, order: int) -> None:
         """`interaction` finished (complete, failed or aborted); `order`: its insertion rank."""

@@ -48,8 +48,7 @@ async def reply(
         spec = spec_named(request.api)
         body = spec.build_response(request, generations)
         _attach(session, spec, generations, body)
-        # The reply goes out once its calls are stored (a durable capture store, if any); the
-        # write ran while the body was built.
+        # The reply goes out once its calls are in the capture store's hands (if it has one).
         await session.cache.durable()
         return JsonReply(body, generations)
     events = session.stream(request)
@@ -91,7 +90,7 @@ async def _sse(
             event = await anext(events, None)
         generations.sort(key=lambda g: g.index)
         _attach(session, spec, generations, spec.build_response(request, generations))
-        await session.cache.durable()  # the stream ends once its calls are stored
+        await session.cache.durable()  # the stream ends once its calls are in the store's hands
         for sse in encoder.finish():
             yield format_sse(sse)
     except RltapError as exc:

@@ -10,8 +10,9 @@ from __future__ import annotations
 import sqlite3
 import time
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["Retention", "parse_retention", "prune"]
+__all__ = ["Retention", "parse_retention", "prune", "prune_statements"]
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
@@ -40,20 +41,29 @@ def parse_retention(text: str) -> Retention:
     raise ValueError(msg)
 
 
-def prune(conn: sqlite3.Connection, retention: Retention, now: float | None = None) -> int:
-    """Delete the exported sessions `retention` lets go, with their interactions; how many."""
+def prune_statements(
+    retention: Retention, now: float | None = None
+) -> list[tuple[str, tuple[Any, ...]]]:
+    """The deletes (one transaction) of the exported sessions `retention` lets go, with their
+    interactions: the writer process runs them after an export."""
     if retention.max_age is not None:
-        cutoff = (time.time() if now is None else now) - retention.max_age
-        query = "SELECT session_id FROM sessions WHERE exported IS NOT NULL AND exported < ?"
-        doomed = [row[0] for row in conn.execute(query, (cutoff,))]
+        doomed = "SELECT session_id FROM sessions WHERE exported IS NOT NULL AND exported < ?"
+        bound: float | int = (time.time() if now is None else now) - retention.max_age
     else:
-        query = (
+        doomed = (
             "SELECT session_id FROM sessions WHERE exported IS NOT NULL "
             "ORDER BY exported DESC LIMIT -1 OFFSET ?"
         )
-        doomed = [row[0] for row in conn.execute(query, (retention.max_count or 0,))]
-    if doomed:
-        pairs = [(session_id,) for session_id in doomed]
-        conn.executemany("DELETE FROM interactions WHERE session_id = ?", pairs)
-        conn.executemany("DELETE FROM sessions WHERE session_id = ?", pairs)
-    return len(doomed)
+        bound = retention.max_count or 0
+    return [
+        (f"DELETE FROM interactions WHERE session_id IN ({doomed})", (bound,)),
+        (f"DELETE FROM sessions WHERE session_id IN ({doomed})", (bound,)),
+    ]
+
+
+def prune(conn: sqlite3.Connection, retention: Retention, now: float | None = None) -> int:
+    """Run `prune_statements` on `conn`; how many sessions went."""
+    pruned = 0
+    for sql, parameters in prune_statements(retention, now):
+        pruned = conn.execute(sql, parameters).rowcount
+    return pruned

@@ -14,11 +14,13 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-__all__ = ["SCHEMA_VERSION", "STORE_FILE", "connect"]
+__all__ = ["PRAGMAS", "SCHEMA_VERSION", "STORE_FILE", "connect"]
 
 SCHEMA_VERSION = 1
 # The store's name in a run folder (`rltap rollout --out`, `rltap train --out`).
 STORE_FILE = "capture.sqlite"
+# Every connection's settings, the writer process's included (`rltap.store.writer`).
+PRAGMAS = ("PRAGMA busy_timeout=10000", "PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL")
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -71,9 +73,8 @@ def connect(path: Path, *, check_same_thread: bool = True) -> sqlite3.Connection
     path.parent.mkdir(parents=True, exist_ok=True)
     # isolation_level None: transactions are the explicit BEGIN/COMMIT of the writer.
     conn = sqlite3.connect(path, check_same_thread=check_same_thread, isolation_level=None)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=NORMAL")
-    conn.execute("PRAGMA busy_timeout=10000")
+    for pragma in PRAGMAS:
+        conn.execute(pragma)
     conn.executescript(_TABLES)
     found = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
     if found is None:
