@@ -1,6 +1,6 @@
 """A store that fails to write stops: from the moment the proxy hears of it, every call is a 503
 in the API's own error format, and nothing after the failure is recorded, even once the file
-works again (its rows would be calls the client was refused)."""
+works again (its rows would be calls the client was refused); `/health` says why."""
 
 from __future__ import annotations
 
@@ -51,6 +51,10 @@ async def test_a_store_write_failure_stops_the_store_and_calls_are_503_in_the_ap
             conn.execute("ALTER TABLE gone RENAME TO interactions")
         again = await proxy.session_post(key, "/v1/chat/completions", _BODY)
         assert again.status_code == 503  # stopped until a proxy opens the store again
+        health = await proxy.http.get(f"{proxy.url}/health")
+        assert health.status_code == 503
+        assert health.json()["status"] == "store_unavailable"
+        assert "no such table: interactions" in health.json()["error"]
     with sqlite3.connect(store) as conn:
         stored = [row[0] for row in conn.execute("SELECT interaction_id FROM interactions")]
     assert stored == [first.json()["id"]]

@@ -219,9 +219,11 @@ async def _session_record(state: ProxyState, session_id: str) -> SessionRecord:
 @open_routes.get("/health")
 async def health(request: Request) -> Response:
     state = proxy_state(request)
-    return json_response(
-        {"status": "ok", "model": state.config.model_name, "version": state.engine.version}
-    )
+    body = {"status": "ok", "model": state.config.model_name, "version": state.engine.version}
+    capture = state.store.capture
+    if capture is not None and capture.failure is not None:  # every generation call is a 503
+        return json_response({**body, "status": "store_unavailable", "error": capture.failure}, 503)
+    return json_response(body)
 
 
 @open_routes.get("/v1/models")

@@ -106,6 +106,6 @@ def caller_session(request: Request) -> SessionRecord:
     return record
 
 
-def json_response(body: Any) -> Response:
+def json_response(body: Any, status_code: int = 200) -> Response:
     """A JSON body (orjson) with the JSON media type: what every proxy route answers."""
-    return Response(orjson.dumps(body), media_type="application/json")
+    return Response(orjson.dumps(body), status_code=status_code, media_type="application/json")

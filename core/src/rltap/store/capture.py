@@ -162,6 +162,11 @@ class CaptureStore:
                     return
             select.select([], [self._fd], [], 1.0)
 
+    @property
+    def failure(self) -> str | None:
+        """Why the store stopped writing (its calls are 503 from then on), or None."""
+        return self._failure
+
     # What the writer answers --------------------------------------------------------------------
     def _listen(self) -> None:
         assert self._process.stdout is not None
