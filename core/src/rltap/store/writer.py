@@ -35,6 +35,8 @@ import time
 from collections.abc import Iterator
 from typing import IO, Any
 
+__all__ = ["BURST", "Statements", "frame", "main", "serve"]
+
 BURST = 0.05  # seconds between the first byte of a burst and reading it
 HEADER = struct.Struct("<I")
 Statements = list[tuple[str, tuple[Any, ...]]]
