@@ -31,7 +31,6 @@ import itertools
 import logging
 import os
 import select
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -100,7 +99,7 @@ class CaptureStore:
         )
         self._listener.start()
         # Reads on the proxy's side (a key it does not know).
-        self._reader = sqlite3.connect(self.path, check_same_thread=False)
+        self._reader = connect(self.path, check_same_thread=False)
         self._read_lock = threading.Lock()
 
     # Handing jobs to the writer -----------------------------------------------------------------
@@ -247,7 +246,7 @@ class CaptureStore:
         """A session as stored, every job handed in before included (blocking: call it on a
         thread); None if it is not there."""
         self.flush()
-        conn = connect(self.path)
+        conn = connect(self.path)  # its own: a long restore must not hold up `session_of_key`
         try:
             return load_session(conn, session_id)
         finally:
@@ -301,27 +300,13 @@ def _recover(path: Path, retention: Retention | None) -> int:
     `active` into `interrupted`, prune by `retention`; how many were interrupted."""
     conn = connect(path)
     try:
-        with _transaction(conn):
+        with writer.transaction(conn):
             interrupted = conn.execute(
                 "UPDATE sessions SET state = 'interrupted' WHERE state = 'active'"
             ).rowcount
         if retention is not None:
-            with _transaction(conn):
+            with writer.transaction(conn):
                 prune(conn, retention)
         return int(interrupted)
     finally:
         conn.close()
-
-
-class _transaction:
-    """BEGIN ... COMMIT (ROLLBACK on an error) on a connection in autocommit mode."""
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self.conn = conn
-
-    def __enter__(self) -> sqlite3.Connection:
-        self.conn.execute("BEGIN")
-        return self.conn
-
-    def __exit__(self, exc_type: object, exc: object, traceback: object) -> None:
-        self.conn.execute("ROLLBACK" if exc_type is not None else "COMMIT")

@@ -24,6 +24,7 @@ library only, run in isolated mode: it starts in milliseconds and never imports 
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import pickle
@@ -35,7 +36,7 @@ import time
 from collections.abc import Iterator
 from typing import IO, Any
 
-__all__ = ["BURST", "Statements", "frame", "main", "serve"]
+__all__ = ["BURST", "Statements", "frame", "main", "serve", "transaction"]
 
 BURST = 0.05  # seconds between the first byte of a burst and reading it
 HEADER = struct.Struct("<I")
@@ -91,11 +92,12 @@ def _read_available(fd: int, buffer: bytearray) -> bool:
         buffer += chunk
 
 
-def _commit(conn: sqlite3.Connection, statements: Statements) -> None:
+@contextlib.contextmanager
+def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """BEGIN ... COMMIT (ROLLBACK on an error) on a connection in autocommit mode."""
     conn.execute("BEGIN")
     try:
-        for sql, parameters in statements:
-            conn.execute(sql, parameters)
+        yield conn
     except BaseException:
         conn.execute("ROLLBACK")
         raise
@@ -115,7 +117,9 @@ def serve(conn: sqlite3.Connection, fd: int) -> None:
         for token, statements in _messages(buffer):
             if failure is None:
                 try:
-                    _commit(conn, statements)
+                    with transaction(conn):
+                        for sql, parameters in statements:
+                            conn.execute(sql, parameters)
                 except Exception as exc:  # reported to the proxy, which stops answering
                     failure = f"{type(exc).__name__}: {exc}"
                     _say(f"failed {'-' if token is None else token} {failure}")
