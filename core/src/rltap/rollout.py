@@ -67,6 +67,7 @@ __all__ = [
     "load_batch",
     "load_rows",
     "load_trajectories",
+    "rollout_rows",
     "run_rollout",
     "summary_table",
 ]
@@ -215,34 +216,39 @@ def summary_table(summaries: dict[str, RolloutSummary]) -> Table:
 
 
 async def _rollout_from_args(args: Any, console: Console) -> RolloutSummary:
-    from rltap.serving import agent_workflow, local_proxy
+    from rltap.serving import agent_workflow, local_workflow
     from rltap.store.schema import STORE_FILE
 
     rows = load_rows(Path(args.data))
-
-    async def run(proxy_url: str, admin_key: str, pad_token_id: int) -> RolloutSummary:
-        workflow = agent_workflow(args, proxy_url, admin_key, style=args.style)
-        try:
-            return await run_rollout(
-                workflow,
-                rows,
-                Path(args.out),
-                group_size=args.group_size,
-                concurrency=args.concurrency,
-                pad_token_id=pad_token_id,
-                console=console,
-            )
-        finally:
-            await workflow.aclose()
-
     if args.proxy:
         if not args.admin_key:
             raise SystemExit("--proxy needs --admin-key (or RLTAP_ADMIN_KEY)")
-        return await run(args.proxy, args.admin_key, 0)
+        remote = agent_workflow(args, args.proxy, args.admin_key, style=args.style)
+        async with contextlib.aclosing(remote):
+            return await rollout_rows(args, remote, rows, 0, console)
     if getattr(args, "store", None) is None:  # the run folder keeps the proxy's capture store
         args.store = str(Path(args.out) / STORE_FILE)
-    async with local_proxy(args) as serving:
-        return await run(serving.url, serving.admin_key, serving.pad_token_id)
+    async with local_workflow(args, style=args.style) as (serving, workflow):
+        return await rollout_rows(args, workflow, rows, serving.pad_token_id, console)
+
+
+async def rollout_rows(
+    args: Any,
+    runner: OpenAIProxyWorkflow | EpisodeRunner,
+    rows: list[Any],
+    pad_token_id: int,
+    console: Console,
+) -> RolloutSummary:
+    """`run_rollout` with `rltap rollout`'s flags (--out, --group-size, --concurrency)."""
+    return await run_rollout(
+        runner,
+        rows,
+        Path(args.out),
+        group_size=args.group_size,
+        concurrency=args.concurrency,
+        pad_token_id=pad_token_id,
+        console=console,
+    )
 
 
 def rollout_command(

@@ -1,7 +1,7 @@
 """What a rollout runs on, built from the `rltap serve` / `rollout` / `train` flags: the engine
-and an in-process proxy on 127.0.0.1 (`local_proxy`), and the agent's workflow against a proxy
-(`agent_workflow`). `rltap rollout`, `rltap train` and every Ray rollout actor
-(`rltap.distributed`) set themselves up with these two.
+and an in-process proxy on 127.0.0.1 (`local_proxy`), the agent's workflow against a proxy
+(`agent_workflow`), and the two together (`local_workflow`). `rltap rollout`, `rltap train` and
+every Ray rollout actor (`rltap.distributed`) set themselves up with these.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from rltap.export import ExportStyle
 from rltap.proxy import ProxyServer, create_app, serve_config
 from rltap.workflow import OpenAIProxyWorkflow, resolve_workflow
 
-__all__ = ["Serving", "agent_workflow", "local_proxy"]
+__all__ = ["Serving", "agent_workflow", "local_proxy", "local_workflow"]
 
 
 @dataclass(slots=True, frozen=True)
@@ -62,3 +62,14 @@ def agent_workflow(
         msg = f"{args.agent} must be an agent with run(data, **kwargs), not a RolloutWorkflow"
         raise SystemExit(msg)
     return workflow
+
+
+@contextlib.asynccontextmanager
+async def local_workflow(
+    args: argparse.Namespace, *, style: ExportStyle
+) -> AsyncIterator[tuple[Serving, OpenAIProxyWorkflow]]:
+    """`local_proxy` and the flags' agent against it; the workflow is closed first at the end."""
+    async with local_proxy(args) as serving:
+        workflow = agent_workflow(args, serving.url, serving.admin_key, style=style)
+        async with contextlib.aclosing(workflow):
+            yield serving, workflow

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from rltap.export import ExportStyle
 from rltap.rollout import LocalEpisodes
 from rltap.rollout_io import EpisodeLines
-from rltap.serving import Serving, agent_workflow, local_proxy
+from rltap.serving import Serving, local_workflow
 
 if TYPE_CHECKING:
     import torch
@@ -61,11 +61,11 @@ class RolloutActor:
         if ray.get_gpu_ids():  # GPUs Ray gave this actor: the embedded engine runs there
             self._args.device = "cuda"
         try:
-            serving = await self._stack.enter_async_context(local_proxy(self._args))
-            workflow = agent_workflow(self._args, serving.url, serving.admin_key, style=self._style)
+            serving, workflow = await self._stack.enter_async_context(
+                local_workflow(self._args, style=self._style)
+            )
         except SystemExit as exc:  # a flag refused: its message, not a worker that exited
             raise ValueError(str(exc)) from None
-        self._stack.push_async_callback(workflow.aclose)
         self._serving, self._episodes = serving, LocalEpisodes(workflow)
         node = str(ray.get_runtime_context().get_node_id())
         return ActorInfo(os.getpid(), node, serving.url, serving.pad_token_id, self.version())

@@ -15,8 +15,9 @@ from rich.console import Console
 from rltap.distributed.cluster import connect, require_ray, start_actors
 from rltap.distributed.pool import ActorPool, NoLiveActors
 from rltap.distributed.weights import RayWeightSync
+from rltap.engines.factory import SERVER_ENGINES
 from rltap.export import ExportStyle
-from rltap.rollout import RolloutSummary, load_rows, run_rollout
+from rltap.rollout import RolloutSummary, load_rows, rollout_rows
 
 __all__ = ["ray_actors", "ray_rollout", "ray_training"]
 
@@ -52,16 +53,12 @@ async def _stop(handles: list[Any]) -> None:
     """Close each actor's workflow, proxy and engine (its agent subprocesses too), then end
     the actor; one already dead or stuck is just killed."""
     ray = require_ray()
-    stops = [asyncio.wait_for(_await(handle.stop.remote()), _STOP_SECONDS) for handle in handles]
+    stops = [asyncio.wait_for(handle.stop.remote(), _STOP_SECONDS) for handle in handles]
     for result in await asyncio.gather(*stops, return_exceptions=True):
         if isinstance(result, Exception) and not isinstance(result, ray.exceptions.RayActorError):
             logger.warning("a rollout actor did not stop cleanly: %r", result)
     for handle in handles:
         ray.kill(handle)
-
-
-async def _await(ref: Any) -> Any:
-    return await ref
 
 
 async def ray_rollout(args: argparse.Namespace, console: Console) -> RolloutSummary:
@@ -71,15 +68,7 @@ async def ray_rollout(args: argparse.Namespace, console: Console) -> RolloutSumm
     rows = load_rows(Path(args.data))
     try:
         async with ray_actors(args, args.style) as pool:
-            return await run_rollout(
-                pool,
-                rows,
-                Path(args.out),
-                group_size=args.group_size,
-                concurrency=args.concurrency,
-                pad_token_id=pool.pad_token_id,
-                console=console,
-            )
+            return await rollout_rows(args, pool, rows, pool.pad_token_id, console)
     except NoLiveActors as exc:  # the rows finished so far are in the files: run again
         raise SystemExit(f"rltap rollout: {exc}") from exc
 
@@ -91,7 +80,7 @@ async def ray_training(
     """`rltap train --ray`: the actors (style tree) and the sync of every one's weights."""
     try:
         async with ray_actors(args, "tree") as pool:
-            embedded = args.engine not in ("vllm", "sglang")
+            embedded = args.engine not in SERVER_ENGINES
             yield pool, RayWeightSync(pool, sync_dir, embedded=embedded)
     except NoLiveActors as exc:  # the last checkpoint is where a new run resumes
         raise SystemExit(f"rltap train: {exc}") from exc

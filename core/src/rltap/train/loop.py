@@ -203,14 +203,13 @@ async def _serving(
     """Where the run's episodes go (this process's proxy and engine, or with `--ray` the rollout
     actors of `rltap.distributed`, style tree either way) and the weight sync to it."""
     serving: contextlib.AbstractAsyncContextManager[tuple[Any, WeightSync]]
-    async with contextlib.AsyncExitStack() as stack:
-        if args.ray is not None:
-            from rltap.distributed import ray_training
+    if args.ray is not None:
+        from rltap.distributed import ray_training
 
-            serving = ray_training(args, loop.run.sync_dir())
-        else:
-            serving = _local_serving(args, loop.run.sync_dir())
-        episodes, sync = await stack.enter_async_context(serving)
+        serving = ray_training(args, loop.run.sync_dir())
+    else:
+        serving = _local_serving(args, loop.run.sync_dir())
+    async with serving as (episodes, sync):
         if resumed:  # the engine starts from --model: give it the checkpoint's weights
             await sync.push(loop.trainer.model, loop.version)
         yield episodes, sync
@@ -220,17 +219,12 @@ async def _serving(
 async def _local_serving(
     args: argparse.Namespace, sync_dir: Path
 ) -> AsyncIterator[tuple[Any, WeightSync]]:
-    from rltap.serving import agent_workflow, local_proxy
+    from rltap.serving import local_workflow
     from rltap.store.schema import STORE_FILE
 
     args.store = str(Path(args.out) / STORE_FILE)  # every step's sessions, in the run folder
-    async with local_proxy(args) as serving:
-        sync = weight_sync(serving.engine, sync_dir)
-        workflow = agent_workflow(args, serving.url, serving.admin_key, style="tree")
-        try:
-            yield workflow, sync
-        finally:
-            await workflow.aclose()
+    async with local_workflow(args, style="tree") as (serving, workflow):
+        yield workflow, weight_sync(serving.engine, sync_dir)
 
 
 def train_table(run: RunDir) -> Table:
