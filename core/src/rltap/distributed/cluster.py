@@ -15,6 +15,7 @@ from types import ModuleType
 from typing import Any
 from urllib.parse import urlsplit
 
+from rltap.engines.factory import SERVER_ENGINES
 from rltap.export import ExportStyle
 
 __all__ = [
@@ -28,7 +29,6 @@ __all__ = [
 ]
 
 RAY_EXTRA = "rltap[ray]"
-_SERVER_ENGINES = ("vllm", "sglang")
 _PLAIN = (str, int, float, bool, type(None), list, tuple, Path)
 
 
@@ -74,7 +74,7 @@ def actor_store(store: Path, index: int) -> Path:
 
 def _servers_or_replicas(args: argparse.Namespace) -> list[str | None]:
     """One entry per actor: its server's URL, or None for an embedded engine replica."""
-    if args.engine not in _SERVER_ENGINES:
+    if args.engine not in SERVER_ENGINES:
         replicas = 1 if args.replicas is None else args.replicas
         if replicas < 1:
             raise SystemExit("--replicas must be at least 1")
@@ -120,7 +120,7 @@ def start_actors(args: argparse.Namespace, style: ExportStyle) -> list[Any]:
             "num_gpus": args.actor_gpus,
             "max_restarts": 0,  # a lost actor's episodes run again elsewhere, not on a restart
         }
-        node = server_node(spec.url) if spec.engine in _SERVER_ENGINES else None
+        node = server_node(spec.url) if spec.engine in SERVER_ENGINES else None
         if node is not None:
             options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
         handles.append(remote.options(**options).remote(spec, style))

@@ -14,10 +14,19 @@ from typing import Literal
 
 from rltap.engines.base import InferenceEngine
 
-__all__ = ["EMBEDDED_EXTRA", "ENGINE_KINDS", "EngineKind", "create_engine", "require_embedded"]
+__all__ = [
+    "EMBEDDED_EXTRA",
+    "ENGINE_KINDS",
+    "SERVER_ENGINES",
+    "EngineKind",
+    "create_engine",
+    "require_embedded",
+]
 
 EngineKind = Literal["transformers", "vllm", "sglang", "scripted"]
 ENGINE_KINDS: tuple[EngineKind, ...] = ("transformers", "vllm", "sglang", "scripted")
+# The kinds that talk to an inference server at `url`; the others run in this process.
+SERVER_ENGINES: tuple[EngineKind, ...] = ("vllm", "sglang")
 EMBEDDED_EXTRA = "rltap[embedded]"
 
 
@@ -50,7 +59,7 @@ def create_engine(
     transformers: `model` (a local folder); vllm and sglang: `url`; scripted: `script`
     ("module:function") and `model` (the model that teacher-forces the logprobs).
     """
-    if kind in ("vllm", "sglang"):
+    if kind in SERVER_ENGINES:
         if not url:
             msg = f"the {kind} engine needs --url (the {kind} server's address)"
             raise ValueError(msg)

@@ -12,6 +12,7 @@ nothing framework-specific is asserted here.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -23,6 +24,7 @@ from typing import Any
 from rltap.distributed.cluster import actor_store
 from rltap.rollout_io import SUMMARY, load_trajectories
 from rltap.store.read import StoreReader
+from rltap.store.schema import STORE_FILE
 from rltap.testing.models import cached_tiny_model_dir
 
 __all__ = ["RayRollout", "check_ray_rollout", "ray_rollout"]
@@ -31,7 +33,6 @@ ROWS = 2
 GROUP_SIZE = 1
 REPLICAS = 2
 MAX_TOKENS = 16
-STORE = "capture.sqlite"
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,15 +49,12 @@ class RayRollout:
 def _actor_sessions(out: Path) -> list[set[str]]:
     sessions: list[set[str]] = []
     for index in range(REPLICAS):
-        path = actor_store(out / STORE, index)
+        path = actor_store(out / STORE_FILE, index)
         if not path.is_file():
             sessions.append(set())
             continue
-        reader = StoreReader(path)
-        try:
+        with contextlib.closing(StoreReader(path)) as reader:
             sessions.append({summary.session_id for summary in reader.summaries()})
-        finally:
-            reader.close()
     return sessions
 
 
@@ -74,7 +72,7 @@ def ray_rollout(
         sys.executable, "-m", "rltap.cli", "rollout", agent, "--data", str(head),
         "--out", str(out), "--group-size", str(GROUP_SIZE),
         "--model", str(cached_tiny_model_dir()), "--default-max-tokens", str(MAX_TOKENS),
-        "--store", str(out / STORE),
+        "--store", str(out / STORE_FILE),
         # "local": a cluster of this run's own, never one another job started on this machine.
         "--ray=local", "--replicas", str(REPLICAS), "--actor-cpus", "1", *options,
     ]  # fmt: skip
