@@ -13,7 +13,9 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
+
+from rltap.export import ExportStyle
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
@@ -112,7 +114,7 @@ def _add_rollout_command(subparsers: _Subparsers) -> None:
     rollout.add_argument("--mode", choices=["inline", "subproc"], default="inline")
     rollout.add_argument("--discount", type=float, default=1.0, help="turn discount")
     rollout.add_argument(
-        "--style", choices=["individual", "concat", "tree"], default="individual",
+        "--style", choices=get_args(ExportStyle), default="individual",
         help="export style; tree: batch.safetensors holds one token trie per row "
         "(rltap.train.pack_io), the lines stay one per interaction",
     )  # fmt: skip

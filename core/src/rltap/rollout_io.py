@@ -41,6 +41,7 @@ __all__ = [
     "load_batch",
     "load_rows",
     "load_trajectories",
+    "padded_batch",
     "read_jsonl",
     "write_batch",
 ]
@@ -172,6 +173,16 @@ def write_batch(
 
     if style == "tree":
         return _write_packs(out_dir, list(lines))
+    batch = padded_batch(lines, pad_token_id)
+    if not batch:
+        return 0
+    save_file({k: v.contiguous() for k, v in batch.items()}, str(out_dir / BATCH))
+    return int(batch["input_ids"].shape[0])
+
+
+def padded_batch(lines: Iterable[dict[str, Any]], pad_token_id: int = 0) -> dict[str, torch.Tensor]:
+    """Trajectory lines (or `rltap export` rows: the same token columns) as one padded batch;
+    empty for no lines."""
     tensors = []
     for line in lines:
         sequence = TokenSequence(
@@ -181,10 +192,7 @@ def write_batch(
             versions=line["versions"],
         )
         tensors.append(sequence.to_tensor_dict(float(line["reward"] or 0.0)))
-    batch = concat_padded_tensors(tensors, pad_token_id=pad_token_id)
-    if batch:
-        save_file({k: v.contiguous() for k, v in batch.items()}, str(out_dir / BATCH))
-    return len(tensors)
+    return concat_padded_tensors(tensors, pad_token_id=pad_token_id)
 
 
 def _write_packs(out_dir: Path, lines: list[dict[str, Any]]) -> int:

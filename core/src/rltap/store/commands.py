@@ -6,12 +6,13 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 __all__ = ["add_export_command", "add_inspect_command"]
 
 
 def add_export_command(subparsers: Any) -> None:
+    from rltap.export import ExportStyle
     from rltap.store.files import FILE_FORMATS
 
     export = subparsers.add_parser(
@@ -24,7 +25,7 @@ def add_export_command(subparsers: Any) -> None:
     )
     export.add_argument("source", type=Path, help="capture store file or run folder")
     export.add_argument("--format", choices=FILE_FORMATS, default="parquet", dest="file_format")
-    export.add_argument("--style", choices=["individual", "concat", "tree"], default="individual")
+    export.add_argument("--style", choices=get_args(ExportStyle), default="individual")
     export.add_argument("--discount", type=float, default=1.0, help="turn discount (default 1)")
     export.add_argument("--pad-token-id", type=int, default=0, help="safetensors padding id")
     export.add_argument("--out", type=Path, required=True, help="the file to write")
@@ -73,8 +74,6 @@ def _inspect(args: argparse.Namespace) -> int:
         reader = StoreReader(args.source)
     except FileNotFoundError as exc:
         raise SystemExit(str(exc)) from None
-    try:
+    with reader:
         Console().print(summary_table(f"rltap inspect: {reader.path}", reader.summaries()))
-    finally:
-        reader.close()
     return 0

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import orjson
 
@@ -32,8 +32,7 @@ from rltap.store.rows import StoredSession
 __all__ = ["FILE_FORMATS", "ExportedFile", "FileFormat", "export_rows", "export_store"]
 
 FileFormat = Literal["parquet", "jsonl", "safetensors"]
-FILE_FORMATS: tuple[FileFormat, ...] = ("parquet", "jsonl", "safetensors")
-_BATCH_ROWS = 2048  # rows per Parquet row group: memory stays flat on a large store
+FILE_FORMATS: tuple[FileFormat, ...] = get_args(FileFormat)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,21 +114,19 @@ def export_store(
         raise ValueError(msg)
     reader = StoreReader(source)
     out.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        sessions = len(reader.conn.execute("SELECT session_id FROM sessions").fetchall())
+    with reader:
+        sessions = reader.session_count()
         rows = export_rows(reader, style, discount)
         if file_format == "jsonl":
             count = _write_jsonl(out, rows)
         elif file_format == "parquet":
             from rltap.store.parquet import write_parquet
 
-            count = write_parquet(out, rows, style, batch_rows=_BATCH_ROWS)
+            count = write_parquet(out, rows, style)
         elif style == "tree":
             count = _write_packs(out, reader, discount)
         else:
             count = _write_batch(out, rows, pad_token_id)
-    finally:
-        reader.close()
     return ExportedFile(path=out, sessions=sessions, rows=count)
 
 
@@ -154,16 +151,8 @@ def _write_packs(out: Path, reader: StoreReader, discount: float) -> int:
 def _write_batch(out: Path, rows: Iterator[dict[str, Any]], pad_token_id: int) -> int:
     from safetensors.torch import save_file
 
-    from rltap.export import concat_padded_tensors
-    from rltap.types import TokenSequence
+    from rltap.rollout_io import padded_batch
 
-    tensors = [
-        TokenSequence(
-            input_ids=row["input_ids"], loss_mask=row["loss_mask"],
-            logprobs=row["logprobs"], versions=row["versions"],
-        ).to_tensor_dict(row["reward"])
-        for row in rows
-    ]  # fmt: skip
-    batch = concat_padded_tensors(tensors, pad_token_id=pad_token_id)
+    batch = padded_batch(rows, pad_token_id)
     save_file({key: value.contiguous() for key, value in batch.items()}, str(out))
-    return len(tensors)
+    return int(batch["input_ids"].shape[0]) if batch else 0

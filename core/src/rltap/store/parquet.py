@@ -56,7 +56,10 @@ def parquet_schema(style: ExportStyle) -> pa.Schema:
 
 
 def write_parquet(
-    out: Path, rows: Iterator[dict[str, Any]], style: ExportStyle, batch_rows: int = 2048
+    out: Path,
+    rows: Iterator[dict[str, Any]],
+    style: ExportStyle,
+    batch_rows: int = 2048,  # rows per row group: memory stays flat on a large store
 ) -> int:
     """Write `rows` to `out`; returns how many."""
     pa = _pyarrow()

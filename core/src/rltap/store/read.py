@@ -16,7 +16,7 @@ from rltap.errors import NotFound
 from rltap.store.rows import COLUMNS, StoredSession, load_session, restore_cache
 from rltap.store.schema import STORE_FILE, connect
 
-__all__ = ["StoreReader", "find_store"]
+__all__ = ["SESSION_TOTALS", "SessionSummary", "StoreReader", "find_store"]
 
 
 def find_store(source: Path) -> Path:
@@ -51,13 +51,15 @@ class SessionSummary:
     max_version: int
 
 
-_SUMMARY = """
-SELECT s.session_id, s.task_id, s.state, s.started, s.exported IS NOT NULL,
-       count(i.interaction_id), coalesce(sum(i.status != 'complete'), 0),
-       coalesce(sum(i.reward), 0.0), coalesce(sum(i.input_len), 0),
-       coalesce(sum(i.output_len), 0), coalesce(max(i.max_version), -1)
+# `SessionSummary`'s columns, a row per session (the viewer's session list filters and sorts it).
+SESSION_TOTALS = """
+SELECT s.session_id, s.task_id, s.state, s.started, s.exported IS NOT NULL AS exported,
+       count(i.interaction_id) AS calls, coalesce(sum(i.status != 'complete'), 0) AS errors,
+       coalesce(sum(i.reward), 0.0) AS reward, coalesce(sum(i.input_len), 0) AS prompt_tokens,
+       coalesce(sum(i.output_len), 0) AS generated_tokens,
+       coalesce(max(i.max_version), -1) AS max_version
 FROM sessions AS s LEFT JOIN interactions AS i ON i.session_id = s.session_id
-GROUP BY s.session_id ORDER BY s.started
+GROUP BY s.session_id
 """
 
 
@@ -73,8 +75,23 @@ class StoreReader:
     def close(self) -> None:
         self.conn.close()
 
+    def __enter__(self) -> StoreReader:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     def summaries(self) -> list[SessionSummary]:
-        return [SessionSummary(*row) for row in self.conn.execute(_SUMMARY)]
+        query = f"{SESSION_TOTALS} ORDER BY s.started"
+        return [SessionSummary(*row) for row in self.conn.execute(query)]
+
+    def session_count(self) -> int:
+        return int(self.conn.execute("SELECT count(*) FROM sessions").fetchone()[0])
+
+    def meta(self, key: str) -> str | None:
+        """A fact the proxy recorded (`CaptureStore.set_meta`), or None."""
+        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
 
     def session(self, session_id: str) -> StoredSession:
         stored = load_session(self.conn, session_id)

@@ -15,8 +15,7 @@ run, session, interaction or file; 400 for a bad parameter: a sort, a discount, 
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,14 +36,11 @@ _STATIC = Path(__file__).parent / "static"
 def _decoder(store: Path, tokenizer: Path | None) -> Callable[[int], str] | None:
     """Token id -> text with the tokenizer the proxy recorded with (or `tokenizer`)."""
     if tokenizer is None:
-        reader = StoreReader(store)
-        try:
-            found = reader.conn.execute("SELECT value FROM meta WHERE key = 'tokenizer'").fetchone()
-        finally:
-            reader.close()
-        if found is None or not Path(found[0]).is_dir():
+        with StoreReader(store) as reader:
+            recorded = reader.meta("tokenizer")
+        if recorded is None or not Path(recorded).is_dir():
             return None
-        tokenizer = Path(found[0])
+        tokenizer = Path(recorded)
     from transformers import AutoTokenizer
 
     loaded = AutoTokenizer.from_pretrained(str(tokenizer))
@@ -60,17 +56,12 @@ class _Runs:
         self.tokenizer = tokenizer
         self._decoders: dict[str, Callable[[int], str] | None] = {}
 
-    @contextlib.contextmanager
-    def reading(self, name: str) -> Iterator[StoreReader]:
+    def reading(self, name: str) -> StoreReader:
         run = self.by_name.get(name)
         if run is None:
             msg = f"no run {name!r} under {self.source}"
             raise NotFound(msg, param="run")
-        reader = StoreReader(run.store)
-        try:
-            yield reader
-        finally:
-            reader.close()
+        return StoreReader(run.store)
 
     def decoder(self, name: str) -> Callable[[int], str] | None:
         if name not in self._decoders:
@@ -143,10 +134,6 @@ def _add_run_routes(app: FastAPI, runs: _Runs) -> None:
 
 
 def _run_entry(run: Run) -> dict[str, Any]:
-    reader = StoreReader(run.store)
-    try:
-        histogram = data.reward_histogram(reader)
-        (sessions,) = reader.conn.execute("SELECT count(*) FROM sessions").fetchone()
-    finally:
-        reader.close()
+    with StoreReader(run.store) as reader:
+        histogram, sessions = data.reward_histogram(reader), reader.session_count()
     return {"name": run.name, "sessions": sessions, "histogram": histogram, "steps": run.steps()}

@@ -3,12 +3,11 @@ tree with its rewards before and after discounting, one interaction's messages a
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
 from rltap.errors import InvalidRequest, NotFound
-from rltap.store.read import StoreReader
+from rltap.store.read import SESSION_TOTALS, StoreReader
 from rltap.types import InteractionWithTokenLogpReward
 
 __all__ = ["SORT_KEYS", "interaction_detail", "reward_histogram", "session_list", "session_tree"]
@@ -18,17 +17,10 @@ SORT_KEYS = {
     "started": "started", "reward": "reward", "calls": "calls", "errors": "errors",
     "tokens": "generated_tokens", "state": "state", "task": "task_id",
 }  # fmt: skip
-_LIST = """
-SELECT s.session_id, s.task_id, s.state, s.started, s.exported IS NOT NULL AS exported,
-       count(i.interaction_id) AS calls, coalesce(sum(i.status != 'complete'), 0) AS errors,
-       coalesce(sum(i.reward), 0.0) AS reward, coalesce(sum(i.input_len), 0) AS prompt_tokens,
-       coalesce(sum(i.output_len), 0) AS generated_tokens
-FROM sessions AS s LEFT JOIN interactions AS i ON i.session_id = s.session_id
-WHERE (:state IS NULL OR s.state = :state)
-  AND (:query IS NULL OR instr(s.session_id, :query) > 0
-       OR instr(coalesce(s.task_id, ''), :query) > 0)
-GROUP BY s.session_id
-HAVING (:errors = 0 OR errors > 0)
+_MATCHES = """
+WHERE (:state IS NULL OR state = :state)
+  AND (:query IS NULL OR instr(session_id, :query) > 0 OR instr(coalesce(task_id, ''), :query) > 0)
+  AND (:errors = 0 OR errors > 0)
 """
 
 
@@ -51,16 +43,14 @@ def session_list(
     params = {"state": state or None, "query": query or None, "errors": int(errors_only)}
     direction = "DESC" if descending else "ASC"
     page = (
-        f"SELECT *, count(*) OVER () AS total FROM ({_LIST}) "
+        f"SELECT *, count(*) OVER () AS total FROM ({SESSION_TOTALS}) {_MATCHES}"
         f"ORDER BY {column} {direction}, session_id LIMIT :limit OFFSET :offset"
     )
     rows = reader.conn.execute(page, params | {"limit": limit, "offset": offset}).fetchall()
     total = rows[0]["total"] if rows else 0
     states = [row[0] for row in reader.conn.execute("SELECT DISTINCT state FROM sessions")]
     # A sqlite3.Row iterates its values; its keys come from keys().
-    sessions = [dict(zip(row.keys(), row, strict=True)) for row in rows]
-    for session in sessions:
-        del session["total"]
+    sessions = [{key: row[key] for key in row.keys() if key != "total"} for row in rows]  # noqa: SIM118
     return {"total": total, "states": sorted(states), "sessions": sessions}
 
 
@@ -83,11 +73,8 @@ def _node(node: InteractionWithTokenLogpReward, discounted: float | None) -> dic
 
 def session_tree(reader: StoreReader, session_id: str, discount: float = 1.0) -> dict[str, Any]:
     """The session's interactions as tree nodes (insertion order; parents before children)."""
-    if not (math.isfinite(discount) and 0.0 <= discount <= 1.0):
-        msg = f"discount must be in [0, 1], got {discount}"
-        raise InvalidRequest(msg, param="discount")
     stored = reader.session(session_id)
-    discounted = stored.cache.apply_reward_discount(discount)
+    discounted = stored.cache.apply_reward_discount(discount)  # checks it: 400 `discount`
     nodes = [_node(node, discounted.get(node.interaction_id)) for node in stored.cache.values()]
     return {
         "session_id": stored.session_id,
