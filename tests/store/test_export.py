@@ -126,3 +126,22 @@ def test_inspect_prints_sessions_by_state(
 def test_export_of_a_folder_without_a_store_names_it(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="holds no capture store"):
         main(["export", str(tmp_path), "--out", str(tmp_path / "x.parquet")])
+
+
+@pytest.mark.parametrize("command", ["inspect", "export"])
+def test_a_file_that_is_no_capture_store_is_named_and_left_as_it_was(
+    tmp_path: Path, command: str
+) -> None:
+    import sqlite3
+
+    other = tmp_path / "other.sqlite"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE notes (text TEXT)")
+    text = tmp_path / "notes.txt"
+    text.write_text("not a database at all\n")
+    out = ["--out", str(tmp_path / "x.jsonl")] if command == "export" else []
+    for path in (other, text):
+        before = path.read_bytes()
+        with pytest.raises(SystemExit, match="is not an rltap capture store"):
+            main([command, str(path), *out])
+        assert path.read_bytes() == before

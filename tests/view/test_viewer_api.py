@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sqlite3
+from pathlib import Path
+
 import httpx
 import pytest
 from capture_run import Recorded
@@ -80,3 +83,15 @@ def test_a_bad_discount_is_refused(viewer_url: str, recorded: Recorded) -> None:
     reply = _get(viewer_url, f"/api/runs/rollout/sessions/{session_id}?discount=2")
     assert reply.status_code == 400
     assert reply.json()["error"]["param"] == "discount"
+
+
+def test_a_file_that_is_no_capture_store_is_refused_before_serving(tmp_path: Path) -> None:
+    from rltap.view import create_view_app
+
+    other = tmp_path / "capture.sqlite"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE notes (text TEXT)")
+    before = other.read_bytes()
+    with pytest.raises(ValueError, match="is not an rltap capture store"):
+        create_view_app(tmp_path)
+    assert other.read_bytes() == before

@@ -42,7 +42,7 @@ def _export(args: argparse.Namespace) -> int:
         written = export_store(
             args.source, args.out, args.file_format, args.style, args.discount, args.pad_token_id
         )
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, ValueError) as exc:  # no store there, or not one
         raise SystemExit(str(exc)) from None
     elapsed = time.perf_counter() - started
     print(
@@ -72,7 +72,7 @@ def _inspect(args: argparse.Namespace) -> int:
 
     try:
         reader = StoreReader(args.source)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, ValueError) as exc:  # no store there, or not one
         raise SystemExit(str(exc)) from None
     with reader:
         Console().print(summary_table(f"rltap inspect: {reader.path}", reader.summaries()))

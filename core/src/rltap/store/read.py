@@ -69,7 +69,7 @@ class StoreReader:
 
     def __init__(self, source: Path) -> None:
         self.path = find_store(source)
-        self.conn = connect(self.path)
+        self.conn = connect(self.path, create=False)
         self.conn.row_factory = sqlite3.Row
 
     def close(self) -> None:

@@ -14,13 +14,14 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-__all__ = ["PRAGMAS", "SCHEMA_VERSION", "STORE_FILE", "connect"]
+__all__ = ["PRAGMAS", "READ_PRAGMAS", "SCHEMA_VERSION", "STORE_FILE", "connect"]
 
 SCHEMA_VERSION = 1
 # The store's name in a run folder (`rltap rollout --out`, `rltap train --out`).
 STORE_FILE = "capture.sqlite"
 # Every connection's settings, the writer process's included (`rltap.store.writer`).
-PRAGMAS = ("PRAGMA busy_timeout=10000", "PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL")
+READ_PRAGMAS = ("PRAGMA busy_timeout=10000",)  # a reader's: it changes nothing in the file
+PRAGMAS = (*READ_PRAGMAS, "PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL")
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -68,15 +69,27 @@ CREATE INDEX IF NOT EXISTS interactions_by_session
 """
 
 
-def connect(path: Path, *, check_same_thread: bool = True) -> sqlite3.Connection:
-    """A connection to the store at `path`, its tables created if missing."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def connect(
+    path: Path, *, check_same_thread: bool = True, create: bool = True
+) -> sqlite3.Connection:
+    """A connection to the store at `path`, its tables created if missing; with `create`
+    False (a reader) nothing is written, and a file that is no capture store is a ValueError
+    naming it."""
+    if create:
+        path.parent.mkdir(parents=True, exist_ok=True)
     # isolation_level None: transactions are the explicit BEGIN/COMMIT of the writer.
     conn = sqlite3.connect(path, check_same_thread=check_same_thread, isolation_level=None)
-    for pragma in PRAGMAS:
+    for pragma in PRAGMAS if create else READ_PRAGMAS:
         conn.execute(pragma)
-    conn.executescript(_TABLES)
-    found = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+    if create:
+        conn.executescript(_TABLES)
+    try:
+        found = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+    except sqlite3.DatabaseError:  # no meta table, or no SQLite file at all
+        found = None
+    if found is None and not create:
+        conn.close()
+        raise ValueError(f"{path} is not an rltap capture store")
     if found is None:
         conn.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
     elif int(found[0]) != SCHEMA_VERSION:

@@ -53,6 +53,8 @@ class _Runs:
     def __init__(self, source: Path, tokenizer: Path | None) -> None:
         self.source = source
         self.by_name = {run.name: run for run in find_runs(source)}
+        for run in self.by_name.values():  # each a capture store (ValueError naming one not)
+            StoreReader(run.store).close()
         self.tokenizer = tokenizer
         self._decoders: dict[str, Callable[[int], str] | None] = {}
 

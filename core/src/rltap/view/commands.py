@@ -39,7 +39,7 @@ def _view(args: argparse.Namespace) -> int:
 
     try:
         app = create_view_app(args.source, args.tokenizer)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, ValueError) as exc:  # no store there, or not one
         raise SystemExit(str(exc)) from None
     print(f"rltap viewer on http://{args.host}:{args.port} ({args.source})", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
