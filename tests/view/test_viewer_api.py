@@ -95,3 +95,14 @@ def test_a_file_that_is_no_capture_store_is_refused_before_serving(tmp_path: Pat
     with pytest.raises(ValueError, match="is not an rltap capture store"):
         create_view_app(tmp_path)
     assert other.read_bytes() == before
+
+
+def test_a_train_runs_steps_read_past_a_nan_metric_and_a_line_being_written(
+    tmp_path: Path,
+) -> None:
+    from rltap.view.runs import Run
+
+    metrics = '{"step": 1, "reward_mean": 0.5, "reward_std": 0.1, "kl": NaN}\n{"step": 2, "rew'
+    (tmp_path / "metrics.jsonl").write_text(metrics)
+    steps = Run("train", tmp_path / "capture.sqlite").steps()
+    assert steps == [{"step": 1.0, "reward_mean": 0.5, "reward_std": 0.1}]

@@ -7,10 +7,9 @@ SOURCE is a store file, a run folder holding `capture.sqlite`, or a folder of ru
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
-
-import orjson
 
 from rltap.store.schema import STORE_FILE
 
@@ -33,13 +32,12 @@ class Run:
         path = self.folder / "metrics.jsonl"
         if not path.is_file():
             return []
-        steps = []
-        for line in path.read_bytes().splitlines():
-            if line.strip():
-                entry = orjson.loads(line)
-                keys = ("step", "reward_mean", "reward_std")
-                steps.append({key: float(entry.get(key, 0.0)) for key in keys})
-        return steps
+        # Read as `RunDir.metrics` reads it: json (a logged NaN is `NaN`, which orjson refuses),
+        # a last line without its newline left out (a run writing it right now).
+        complete, _, _cut_short = path.read_text(encoding="utf-8").rpartition("\n")
+        keys = ("step", "reward_mean", "reward_std")
+        entries = [json.loads(line) for line in complete.splitlines() if line.strip()]
+        return [{key: float(entry.get(key, 0.0)) for key in keys} for entry in entries]
 
 
 def find_runs(source: Path) -> list[Run]:
