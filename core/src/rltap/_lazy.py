@@ -1,12 +1,25 @@
-"""Package attributes imported on first use (PEP 562), so a light import stays light."""
+"""Package attributes imported on first use (PEP 562), so a light import stays light; and
+optional dependencies imported where they are needed, naming the extra that installs them."""
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
+from types import ModuleType
 from typing import Any
 
-__all__ = ["lazy_getattr"]
+__all__ = ["lazy_getattr", "require_module"]
+
+
+def require_module(module: str, extra: str, what: str) -> ModuleType:
+    """`module` imported, or an ImportError saying that `what` needs it and which extra of
+    rltap installs it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        install = f"pip install '{extra}'"
+        msg = f"{what} needs {module}, which the {extra} extra installs: {install} ({exc})"
+        raise ImportError(msg, name=exc.name or module) from exc
 
 
 def lazy_getattr(

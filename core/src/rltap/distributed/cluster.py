@@ -7,7 +7,6 @@ Ray is the `rltap[ray]` extra and is imported only here, when `--ray` is used.
 from __future__ import annotations
 
 import argparse
-import importlib
 import ipaddress
 import socket
 from pathlib import Path
@@ -15,6 +14,7 @@ from types import ModuleType
 from typing import Any
 from urllib.parse import urlsplit
 
+from rltap._lazy import require_module
 from rltap.engines.factory import SERVER_ENGINES
 from rltap.export import ExportStyle
 
@@ -34,11 +34,7 @@ _PLAIN = (str, int, float, bool, type(None), list, tuple, Path)
 
 def require_ray() -> ModuleType:
     """The `ray` module, or an ImportError naming the extra that installs it."""
-    try:
-        return importlib.import_module("ray")
-    except ImportError as exc:
-        msg = f"--ray needs Ray, which the {RAY_EXTRA} extra installs: pip install '{RAY_EXTRA}'"
-        raise ImportError(msg, name="ray") from exc
+    return require_module("ray", RAY_EXTRA, "--ray")
 
 
 def connect(address: str | None) -> ModuleType:

@@ -8,10 +8,10 @@ fails with an ImportError that says so.
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import Literal
 
+from rltap._lazy import require_module
 from rltap.engines.base import InferenceEngine
 
 __all__ = [
@@ -33,14 +33,7 @@ EMBEDDED_EXTRA = "rltap[embedded]"
 def require_embedded(what: str) -> None:
     """Raise an ImportError naming the extra to install when torch, which `what` needs, is not
     importable."""
-    try:
-        importlib.import_module("torch")
-    except ImportError as exc:
-        msg = (
-            f"{what} needs torch, which the {EMBEDDED_EXTRA} extra installs: "
-            f"pip install '{EMBEDDED_EXTRA}' ({exc})"
-        )
-        raise ImportError(msg, name="torch") from exc
+    require_module("torch", EMBEDDED_EXTRA, what)
 
 
 def create_engine(

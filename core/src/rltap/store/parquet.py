@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rltap._lazy import require_module
 from rltap.export import ExportStyle
 
 if TYPE_CHECKING:
@@ -22,12 +23,9 @@ _FLOAT_ARRAYS = frozenset({"logprobs", "rewards", "advantages"})  # of a pack; t
 
 
 def _pyarrow() -> Any:
-    try:
-        import pyarrow as pa
-        import pyarrow.parquet
-    except ImportError as exc:
-        msg = "Parquet export needs pyarrow: pip install 'rltap[store]'"
-        raise ImportError(msg) from exc
+    require_module("pyarrow.parquet", "rltap[store]", "Parquet export")
+    import pyarrow as pa
+
     return pa
 
 

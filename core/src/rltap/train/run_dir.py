@@ -35,7 +35,6 @@ Usage:
 
 from __future__ import annotations
 
-import importlib
 import json
 import numbers
 import os
@@ -46,6 +45,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any
+
+from rltap._lazy import require_module
 
 if TYPE_CHECKING:
     import torch
@@ -77,11 +78,7 @@ _STALE = re.compile(r"\.step-(\d+)\.stale")
 
 def _import(module: str) -> ModuleType:
     """`module`, or an ImportError naming the extra that installs it."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        msg = f"rltap's training run folder needs {module}: pip install '{TRAIN_EXTRA}' ({exc})"
-        raise ImportError(msg, name=exc.name) from exc
+    return require_module(module, TRAIN_EXTRA, "rltap's training run folder")
 
 
 def _fsync_tree(folder: Path) -> None:
