@@ -29,6 +29,7 @@ PROXY_USERS = {
     "rltap.testing.adapter_suite",
     "rltap.testing.harness",
     "rltap.testing.proxy",
+    "rltap.view.app",  # rltap's own FastAPI stack: the proxy's error envelope
 }
 
 

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
         interactions_from_export,
         tree_from_export,
     )
+    from rltap.proxy.errors import install_error_handlers
     from rltap.proxy.options import add_serve_arguments
     from rltap.proxy.server import ProxyServer, ServeSetup, run_serve, serve_config
     from rltap.proxy.state import ProxyConfig, ProxyLimits, ProxyState
@@ -35,6 +36,7 @@ __all__ = [
     "ServeSetup",
     "add_serve_arguments",
     "create_app",
+    "install_error_handlers",
     "interactions_from_export",
     "run_serve",
     "serve_config",
@@ -51,6 +53,7 @@ _LAZY = {
     "ServeSetup": "rltap.proxy.server",
     "add_serve_arguments": "rltap.proxy.options",
     "create_app": "rltap.proxy.app",
+    "install_error_handlers": "rltap.proxy.errors",
     "interactions_from_export": "rltap.proxy.client",
     "run_serve": "rltap.proxy.server",
     "serve_config": "rltap.proxy.server",

@@ -9,8 +9,9 @@ no build step, nothing fetched from outside). The JSON routes, all read-only:
 - `GET /api/runs/{run}/sessions/{session_id}?discount=`: the session's tree;
 - `GET /api/runs/{run}/interactions/{interaction_id}`: messages, reply, tokens.
 
-Errors are `{"error": {"message", "type", "param"}}` with the error's status (404 for an unknown
-run, session, interaction or file; 400 for a bad parameter: a sort, a discount, a limit).
+Errors are the proxy's (`rltap.proxy.errors`): `{"error": {"message", "type", "param", "code"}}`
+with the error's status (404 for an unknown run, session, interaction, file or route; 400 for a
+bad parameter: a sort, a discount, a limit; 500, logged, for anything unexpected).
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI, Query, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi import FastAPI, Query
+from fastapi.responses import FileResponse
 
-from rltap.errors import InvalidRequest, NotFound, RltapError
+from rltap.errors import NotFound
+from rltap.proxy import install_error_handlers
 from rltap.store.read import StoreReader
 from rltap.view import data
 from rltap.view.runs import Run, find_runs
@@ -71,22 +72,11 @@ class _Runs:
         return self._decoders[name]
 
 
-async def _error(request: Request, exc: Exception) -> JSONResponse:
-    if isinstance(exc, RequestValidationError):  # a query parameter of the wrong type or range
-        first = exc.errors()[0]
-        name = str(first["loc"][-1])
-        exc = InvalidRequest(f"{name}: {first['msg']}", param=name)
-    assert isinstance(exc, RltapError)
-    body = {"message": str(exc), "type": exc.error_type, "param": getattr(exc, "param", None)}
-    return JSONResponse({"error": body}, status_code=exc.status_code)
-
-
 def create_view_app(source: Path, tokenizer: Path | None = None) -> FastAPI:
     """The viewer of every run under `source` (a store, a run folder or a folder of runs)."""
     runs = _Runs(source, tokenizer)
     app = FastAPI(title="rltap viewer", version="0.1.0")
-    app.add_exception_handler(RltapError, _error)
-    app.add_exception_handler(RequestValidationError, _error)
+    install_error_handlers(app)
 
     @app.get("/", include_in_schema=False)
     def page() -> FileResponse:
