@@ -84,6 +84,7 @@ class ServeProcess:
 class RecordedSession:
     session_id: str
     key: str
+    task_id: str
     # Interaction ids as the replies named them, and each reply's token logprobs.
     replies: list[str] = field(default_factory=list)
     logprobs: dict[str, list[float]] = field(default_factory=dict)
@@ -112,14 +113,17 @@ def _chat(
 def _conversation(proxy: ServeProcess, session: RecordedSession, turns: int) -> None:
     messages: list[dict[str, Any]] = []
     for turn in range(turns):
-        messages.append({"role": "user", "content": f"turn {turn} of {session.session_id[:4]}"})
+        # The task, not the random session id: the echoed replies' token counts (which the
+        # viewer's sort by tokens is checked against) are the same in every run.
+        content = f"turn {turn} of the {session.task_id} session"
+        messages.append({"role": "user", "content": content})
         answer = _chat(proxy, session, messages)
         messages.append(answer["choices"][0]["message"])
 
 
 def _start(proxy: ServeProcess, task_id: str) -> RecordedSession:
     started = proxy.admin("/rl/start_session", {"task_id": task_id}).json()
-    return RecordedSession(started["session_id"], started["api_key"])
+    return RecordedSession(started["session_id"], started["api_key"], task_id)
 
 
 def _record(proxy: ServeProcess) -> dict[str, RecordedSession]:
