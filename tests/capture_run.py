@@ -113,9 +113,10 @@ def _chat(
 def _conversation(proxy: ServeProcess, session: RecordedSession, turns: int) -> None:
     messages: list[dict[str, Any]] = []
     for turn in range(turns):
-        # The task, not the random session id: the echoed replies' token counts (which the
-        # viewer's sort by tokens is checked against) are the same in every run.
-        content = f"turn {turn} of the {session.task_id} session"
+        # The task, not the random session id: the echoed replies' token counts are the same
+        # in every run, and apart (the viewer's sort by tokens is checked on them: siblings,
+        # then open, then ended).
+        content = f"turn {turn} of the {session.task_id} session, in a few words"
         messages.append({"role": "user", "content": content})
         answer = _chat(proxy, session, messages)
         messages.append(answer["choices"][0]["message"])
