@@ -31,9 +31,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from rltap.record.pack import TreePack
 from rltap.testing.models import cached_tiny_model_dir
 from rltap.testing.packs import SAMPLE_PACKS, pack_calls, plain_leaf_logprobs, recorded_call
-from rltap.train import Attention, TreePack, packed_logprobs
+from rltap.train import Attention, packed_logprobs
 
 GOAL = 1e-5  # fp32
 GOAL_FLOAT64 = 1e-9  # the packing itself: exact up to float64 rounding

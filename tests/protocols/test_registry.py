@@ -21,10 +21,10 @@ from rltap.protocols import (
 )
 from rltap.proxy.app import create_app
 from rltap.proxy.state import ProxyConfig
+from rltap.record.types import ModelResponse
 from rltap.session import new_interaction_id
 from rltap.testing.proxy import TEST_ADMIN_KEY
 from rltap.testing.scripts import echo
-from rltap.types import ModelResponse
 
 from .wire import assistant_message
 

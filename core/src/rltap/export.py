@@ -10,7 +10,7 @@
   parent's full token sequence; a break raises `ExportMismatch` naming both interactions, it is
   never masked.
 
-- `tree`: the interactions packed into one token trie, shared prefixes once (`rltap.train.pack`:
+- `tree`: the interactions packed into one token trie, shared prefixes once (`rltap.record.pack`:
   its layout, and which tokens merge). It is one object, not one per interaction, so it has its own
   calls: `export_tree` here, `InteractionCache.export_tree`, `DirectOpenAI.export_tree`,
   `OpenAIProxyClient.export_tree` (all return a `TreePack`); `export_interactions` refuses it with
@@ -27,16 +27,16 @@ In-flight, failed and aborted interactions are never training data.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
-from typing import TYPE_CHECKING, Literal
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
-from rltap.errors import ExportMismatch, InvalidRequest
-from rltap.types import InteractionWithTokenLogpReward, TokenSequence
+from rltap.record.errors import ExportMismatch, InvalidRequest
+from rltap.record.exported import TOKEN_COLUMNS
+from rltap.record.pack import TreePack, pack_interactions
+from rltap.record.types import InteractionWithTokenLogpReward, TokenSequence
 
 if TYPE_CHECKING:
     import torch
-
-    from rltap.train.pack import TreePack
 
 __all__ = [
     "ExportStyle",
@@ -44,6 +44,7 @@ __all__ = [
     "concat_padded_tensors",
     "export_interactions",
     "export_tree",
+    "padded_batch",
 ]
 
 ExportStyle = Literal["individual", "concat", "tree"]
@@ -144,9 +145,6 @@ def export_tree(
 
     A kept call whose prefix parent is left out starts from its own full prompt.
     """
-    # Imported here: `rltap.train` is above this module (its packages import the export).
-    from rltap.train.pack import pack_interactions
-
     return pack_interactions(_exportable(nodes, agents), rewards)
 
 
@@ -193,3 +191,15 @@ def concat_padded_tensors(
             padded.append(part)
         merged[key] = torch.cat(padded)
     return merged
+
+
+def padded_batch(
+    rows: Iterable[Mapping[str, Any]], pad_token_id: int = 0
+) -> dict[str, torch.Tensor]:
+    """Exported rows (`rltap rollout`'s trajectory lines, `rltap export`'s rows: their token
+    columns and reward) as one right-padded batch; empty for no rows."""
+    tensors = []
+    for row in rows:
+        sequence = TokenSequence(**{name: row[name] for name, _ in TOKEN_COLUMNS})
+        tensors.append(sequence.to_tensor_dict(float(row["reward"] or 0.0)))
+    return concat_padded_tensors(tensors, pad_token_id=pad_token_id)

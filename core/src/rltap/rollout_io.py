@@ -14,14 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from rltap.export import ExportStyle, concat_padded_tensors
-from rltap.types import (
-    InteractionStatus,
-    InteractionWithTokenLogpReward,
-    Link,
-    ModelResponse,
-    TokenSequence,
-)
+from rltap.export import ExportStyle, padded_batch
+from rltap.record.exported import TOKEN_COLUMNS, ExportedInteraction, token_columns
+from rltap.record.pack import pack_interactions
+from rltap.record.pack_io import save_packs
+from rltap.record.types import InteractionWithTokenLogpReward, TokenSequence
 
 if TYPE_CHECKING:
     import torch
@@ -41,7 +38,6 @@ __all__ = [
     "load_batch",
     "load_rows",
     "load_trajectories",
-    "padded_batch",
     "read_jsonl",
     "write_batch",
 ]
@@ -99,24 +95,9 @@ def drop_unfinished(out_dir: Path, finished: set[int]) -> None:
 def _line(
     row: int, episode: int, session_id: str, node: InteractionWithTokenLogpReward
 ) -> dict[str, Any]:
-    sequence = node.token_sequence()
-    return {
-        "row": row,
-        "group": row,
-        "episode": episode,
-        "session": session_id,
-        "interaction_id": node.interaction_id,
-        "parent_id": node.parent_id,
-        "link": None if node.link is None else node.link.value,
-        "agent_id": node.agent_id,
-        "messages": node.messages,
-        "output_text": node.output_text,
-        "input_ids": sequence.input_ids,
-        "loss_mask": sequence.loss_mask,
-        "logprobs": sequence.logprobs,
-        "versions": sequence.versions,
-        "reward": node.reward,
-    }
+    place = {"row": row, "group": row, "episode": episode, "session": session_id}
+    exported = ExportedInteraction.of(node).to_json()
+    return place | exported | token_columns(node.token_sequence())
 
 
 @dataclass(slots=True)
@@ -180,25 +161,7 @@ def write_batch(
     return int(batch["input_ids"].shape[0])
 
 
-def padded_batch(lines: Iterable[dict[str, Any]], pad_token_id: int = 0) -> dict[str, torch.Tensor]:
-    """Trajectory lines (or `rltap export` rows: the same token columns) as one padded batch;
-    empty for no lines."""
-    tensors = []
-    for line in lines:
-        sequence = TokenSequence(
-            input_ids=line["input_ids"],
-            loss_mask=line["loss_mask"],
-            logprobs=line["logprobs"],
-            versions=line["versions"],
-        )
-        tensors.append(sequence.to_tensor_dict(float(line["reward"] or 0.0)))
-    return concat_padded_tensors(tensors, pad_token_id=pad_token_id)
-
-
 def _write_packs(out_dir: Path, lines: list[dict[str, Any]]) -> int:
-    from rltap.train.pack import pack_interactions
-    from rltap.train.pack_io import save_packs
-
     rows: dict[int, list[dict[str, Any]]] = {}
     for line in lines:
         rows.setdefault(line["row"], []).append(line)
@@ -215,23 +178,11 @@ def _interactions(lines: list[dict[str, Any]]) -> list[InteractionWithTokenLogpR
     """A row's interactions again, from lines of style individual's (prompt, then output)."""
     built: dict[str, InteractionWithTokenLogpReward] = {}
     for line in lines:
-        ids = line["input_ids"]
-        start = len(ids) - sum(line["loss_mask"])
-        response = ModelResponse(
-            input_tokens=ids[:start],
-            output_tokens=ids[start:],
-            output_logprobs=line["logprobs"][start:],
-            output_versions=line["versions"][start:],
-        )
-        built[line["interaction_id"]] = InteractionWithTokenLogpReward(
-            model_response=response,
-            # A parent another agent's filter left out: the call starts its own branch.
-            parent=built.get(line["parent_id"] or ""),
-            link=Link(line["link"]) if line["link"] else None,
-            interaction_id=line["interaction_id"],
-            messages=line["messages"],
-            status=InteractionStatus.COMPLETE,
-        )
+        exported = ExportedInteraction.from_json(line)
+        sequence = TokenSequence(**{name: line[name] for name, _ in TOKEN_COLUMNS})
+        # A parent another agent's filter left out: the call starts its own branch.
+        parent = built.get(exported.parent_id or "")
+        built[exported.interaction_id] = exported.rebuild(sequence, parent, own_sequence=True)
     return list(built.values())
 
 

@@ -35,8 +35,8 @@ from rltap.generation import (
     StreamEvent,
 )
 from rltap.protocols.anthropic_messages import ID_PREFIX, StreamEncoder, parse_request
+from rltap.record.types import ModelResponse, StopReason
 from rltap.sse import SSEEvent
-from rltap.types import ModelResponse, StopReason
 
 from ..wire import assistant_message, encode_stream
 

@@ -33,8 +33,8 @@ from rltap.generation import (
     StreamEvent,
 )
 from rltap.protocols import openai_chat as proto
+from rltap.record.types import ModelResponse, StopReason
 from rltap.sse import SSEEvent
-from rltap.types import ModelResponse, StopReason
 
 from ..wire import encode_stream
 

@@ -20,9 +20,9 @@ from rltap.chat.parsed import (
     ToolCallArgumentsDelta,
     ToolCallStartDelta,
 )
-from rltap.errors import EngineError
 from rltap.generation import StreamEvent
 from rltap.protocols import openai_chat as proto
+from rltap.record.errors import EngineError
 from rltap.sse import SSEEvent
 
 from ..wire import sse_bytes

@@ -32,8 +32,8 @@ from rltap.generation import (
     StreamEvent,
 )
 from rltap.protocols import openai_responses as proto
+from rltap.record.types import ModelResponse, StopReason
 from rltap.sse import SSEEvent
-from rltap.types import ModelResponse, StopReason
 
 from ..wire import assistant_message, encode_stream
 

@@ -21,9 +21,9 @@ from rltap.chat.parsed import (
     ToolCallArgumentsDelta,
     ToolCallStartDelta,
 )
-from rltap.errors import CapacityExhausted, EngineError
 from rltap.generation import GenerationDelta, GenerationEnd, GenerationStart, StreamEvent
 from rltap.protocols import openai_responses as proto
+from rltap.record.errors import CapacityExhausted, EngineError
 from rltap.sse import SSEEvent
 
 from ..wire import sse_bytes

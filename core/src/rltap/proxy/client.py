@@ -6,7 +6,7 @@ Usage:
         await session.set_last_reward(1.0)
     interactions = await session.export_interactions(discount=0.9, style="concat")
 
-Style "tree" is one `TreePack` (`rltap.train.pack`), not interactions: `export_tree` returns it;
+Style "tree" is one `TreePack` (`rltap.record.pack`), not interactions: `export_tree` returns it;
 `export_trajectories` returns the raw body, which `interactions_from_export` (each interaction's
 own sequence, cut out of the pack) and `tree_from_export` both read.
 """
@@ -23,21 +23,18 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import httpx
 import numpy as np
 
-from rltap import errors
-from rltap.rewards import DiscountMode
-from rltap.tensor_codec import decode_tensors
-from rltap.types import (
-    InteractionStatus,
+from rltap.record import errors
+from rltap.record.exported import TOKEN_COLUMNS, ExportedInteraction
+from rltap.record.pack_io import decode_pack
+from rltap.record.tensor_codec import decode_arrays
+from rltap.record.types import (
     InteractionWithTokenLogpReward,
-    Link,
-    LogprobConvention,
-    ModelResponse,
-    StopReason,
     TokenSequence,
 )
+from rltap.rewards import DiscountMode
 
 if TYPE_CHECKING:
-    from rltap.train.pack import TreePack
+    from rltap.record.pack import TreePack
 
 __all__ = ["OpenAIProxyClient", "Reply", "interactions_from_export", "tree_from_export"]
 
@@ -209,8 +206,6 @@ class OpenAIProxyClient:
 
 def tree_from_export(body: Mapping[str, Any]) -> TreePack:
     """The `TreePack` of an `/export_trajectories` body of style "tree"."""
-    from rltap.train.pack_io import decode_pack
-
     if "tree" not in body:
         msg = f"the export body is of style {body.get('style')!r}, not 'tree'"
         raise ValueError(msg)
@@ -226,13 +221,9 @@ def _sequences(body: Mapping[str, Any]) -> dict[str, TokenSequence]:
     if "tree" not in body:
         sequences = {}
         for item in body["interactions"]:
-            tensors = decode_tensors(item["tensors"])
-            sequences[item["interaction_id"]] = TokenSequence(
-                input_ids=tensors["input_ids"][0].tolist(),
-                loss_mask=tensors["loss_mask"][0].tolist(),
-                logprobs=tensors["logprobs"][0].tolist(),
-                versions=tensors["versions"][0].tolist(),
-            )
+            arrays = decode_arrays(item["tensors"])
+            columns = {name: arrays[name][0].tolist() for name, _ in TOKEN_COLUMNS}
+            sequences[item["interaction_id"]] = TokenSequence(**columns)
         return sequences
     pack = tree_from_export(body)
     generated = np.flatnonzero(pack.interaction_index >= 0)
@@ -259,33 +250,11 @@ def interactions_from_export(body: dict[str, Any]) -> dict[str, InteractionWithT
     (a tree body's interactions come back as style individual's)."""
     rebuilt: dict[str, InteractionWithTokenLogpReward] = {}
     sequences = _sequences(body)
-    per_interaction = body.get("style") in ("individual", "tree")
+    own_sequence = body.get("style") in ("individual", "tree")
     for item in body["interactions"]:
-        sequence = sequences[item["interaction_id"]]
-        sequence.constrained = bool(item["constrained"])
-        prompt_len = item["input_len"] if per_interaction else None
-        response = None
-        if prompt_len is not None:
-            response = ModelResponse(
-                input_tokens=sequence.input_ids[:prompt_len],
-                output_tokens=sequence.input_ids[prompt_len:],
-                output_logprobs=sequence.logprobs[prompt_len:],
-                output_versions=sequence.versions[prompt_len:],
-                stop_reason=StopReason(item["stop_reason"]),
-                logprob_convention=LogprobConvention(item["logprob_convention"]),
-                constrained=sequence.constrained,
-            )
-        rebuilt[item["interaction_id"]] = InteractionWithTokenLogpReward(
-            model_response=response,
-            reward=float(np.float32(item["reward"] or 0.0)),  # as the float32 tensors hold it
-            parent=rebuilt.get(item["parent_id"]) if item["parent_id"] else None,
-            detached_parent_id=item["parent_id"],
-            link=Link(item["link"]) if item["link"] else None,
-            agent_id=item["agent_id"],
-            messages=item["messages"],
-            output_message_list=item["output_message_list"],
-            interaction_id=item["interaction_id"],
-            status=InteractionStatus.COMPLETE,
-            export_sequence=sequence,
+        exported = ExportedInteraction.from_json(item)
+        parent = rebuilt.get(exported.parent_id) if exported.parent_id else None
+        rebuilt[exported.interaction_id] = exported.rebuild(
+            sequences[exported.interaction_id], parent, own_sequence=own_sequence
         )
     return rebuilt

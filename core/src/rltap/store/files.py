@@ -6,11 +6,11 @@ or `export_tree`, rewards discounted along its tree); the files hold what comes 
 - `parquet` (pyarrow) and `jsonl`: one row per exported interaction (for `concat`, per branch;
   for `tree`, per session: its pack's per-token arrays and leaves), token columns as lists.
   Columns: `session_id`, `task_id`, `session_state` (`ended`, `reaped`, `interrupted`, ...),
-  `interaction_id`, `parent_id`, `link`, `agent_id`, `reward` (discounted), `messages` (JSON
-  text), `output_text`, `input_ids`, `loss_mask`, `logprobs`, `versions`, `constrained`.
+  then an exported interaction's (`rltap.record.exported.ROW_COLUMNS`: its fields, the message
+  lists as JSON text, `reward` discounted, then the token columns).
   `datasets.load_dataset("parquet", data_files=PATH)` reads the Parquet file as it is.
 - `safetensors`: the batch `rltap rollout` writes (`individual` / `concat`: right-padded
-  [B, L] tensors; `tree`: one pack per session, `rltap.train.pack_io.save_packs`).
+  [B, L] tensors; `tree`: one pack per session, `rltap.record.pack_io.save_packs`).
 
 Sessions open at a proxy's death are exported with `session_state` `interrupted`; calls that
 failed are never rows.
@@ -25,7 +25,9 @@ from typing import Any, Literal, get_args
 
 import orjson
 
-from rltap.export import ExportStyle
+from rltap.export import ExportStyle, padded_batch
+from rltap.record.exported import ExportedInteraction, token_columns
+from rltap.record.pack_io import pack_arrays, save_packs
 from rltap.store.read import StoreReader
 from rltap.store.rows import StoredSession
 
@@ -42,43 +44,33 @@ class ExportedFile:
     rows: int
 
 
+def _session_columns(stored: StoredSession) -> dict[str, Any]:
+    return {
+        "session_id": stored.session_id,
+        "task_id": stored.task_id,
+        "session_state": stored.state,
+    }
+
+
 def _interaction_rows(
     stored: StoredSession, style: ExportStyle, discount: float
 ) -> Iterator[dict[str, Any]]:
     exported = stored.cache.export_interactions(style=style, reward_discount=discount)
-    for node in exported.values():
-        sequence = node.token_sequence()
-        yield {
-            "session_id": stored.session_id,
-            "task_id": stored.task_id,
-            "session_state": stored.state,
-            "interaction_id": node.interaction_id,
-            "parent_id": node.parent_id,
-            "link": None if node.link is None else node.link.value,
-            "agent_id": node.agent_id,
-            "reward": float(node.reward or 0.0),
-            "messages": orjson.dumps(node.messages).decode(),
-            "output_text": node.output_text,
-            "input_ids": sequence.input_ids,
-            "loss_mask": sequence.loss_mask,
-            "logprobs": sequence.logprobs,
-            "versions": sequence.versions,
-            "constrained": sequence.constrained,
-        }
-
-
-def _tree_row(stored: StoredSession, discount: float) -> dict[str, Any] | None:
-    from rltap.train.pack_io import pack_arrays
-
-    pack = stored.cache.export_tree(reward_discount=discount)
-    if not pack.interaction_ids:
-        return None
-    row: dict[str, Any] = {
+    session = {
         "session_id": stored.session_id,
         "task_id": stored.task_id,
         "session_state": stored.state,
-        "interaction_ids": pack.interaction_ids,
     }
+    for node in exported.values():
+        row = ExportedInteraction.of(node).to_row()
+        yield session | row | token_columns(node.token_sequence())
+
+
+def _tree_row(stored: StoredSession, discount: float) -> dict[str, Any] | None:
+    pack = stored.cache.export_tree(reward_discount=discount)
+    if not pack.interaction_ids:
+        return None
+    row = _session_columns(stored) | {"interaction_ids": pack.interaction_ids}
     row |= {name: array.tolist() for name, array in pack_arrays(pack).items()}
     row["leaves"] = [
         {"interaction_id": leaf.interaction_id, "reward": leaf.reward, "path": leaf.path.tolist()}
@@ -140,8 +132,6 @@ def _write_jsonl(out: Path, rows: Iterator[dict[str, Any]]) -> int:
 
 
 def _write_packs(out: Path, reader: StoreReader, discount: float) -> int:
-    from rltap.train.pack_io import save_packs
-
     packs = [stored.cache.export_tree(reward_discount=discount) for stored in reader.sessions()]
     packs = [pack for pack in packs if pack.interaction_ids]
     save_packs(out, packs)
@@ -150,8 +140,6 @@ def _write_packs(out: Path, reader: StoreReader, discount: float) -> int:
 
 def _write_batch(out: Path, rows: Iterator[dict[str, Any]], pad_token_id: int) -> int:
     from safetensors.torch import save_file
-
-    from rltap.rollout_io import padded_batch
 
     batch = padded_batch(rows, pad_token_id)
     save_file({key: value.contiguous() for key, value in batch.items()}, str(out))

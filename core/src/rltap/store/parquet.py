@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from rltap._lazy import require_module
 from rltap.export import ExportStyle
+from rltap.record.exported import ROW_COLUMNS, ColumnKind
+from rltap.record.pack_io import PACK_ARRAYS
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -36,21 +38,15 @@ def parquet_schema(style: ExportStyle) -> pa.Schema:
     head = [("session_id", text), ("task_id", text), ("session_state", text)]
     if style == "tree":
         leaf = pa.struct([("interaction_id", text), ("reward", pa.float32()), ("path", ints)])
-        from rltap.train.pack_io import PACK_ARRAYS
-
         per_token = [(name, floats if name in _FLOAT_ARRAYS else ints) for name in PACK_ARRAYS]
         return pa.schema(
             [*head, ("interaction_ids", pa.list_(text)), *per_token, ("leaves", pa.list_(leaf))]
         )
-    return pa.schema(
-        [
-            *head,
-            ("interaction_id", text), ("parent_id", text), ("link", text), ("agent_id", text),
-            ("reward", pa.float32()), ("messages", text), ("output_text", text),
-            ("input_ids", ints), ("loss_mask", ints), ("logprobs", floats), ("versions", ints),
-            ("constrained", pa.bool_()),
-        ]
-    )  # fmt: skip
+    types: dict[ColumnKind, Any] = {
+        "text": text, "json": text, "int": pa.int32(), "float": pa.float32(),
+        "bool": pa.bool_(), "ints": ints, "floats": floats,
+    }  # fmt: skip
+    return pa.schema([*head, *((name, types[kind]) for name, kind in ROW_COLUMNS)])
 
 
 def write_parquet(

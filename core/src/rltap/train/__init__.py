@@ -1,4 +1,4 @@
-"""Training on rltap's data: tree-packed trajectories (`rltap.train.pack`)."""
+"""Training on rltap's data: tree-packed trajectories (`rltap.record.pack`), a torch model."""
 
 from __future__ import annotations
 
@@ -8,8 +8,6 @@ from rltap._lazy import lazy_getattr
 from rltap.train.batches import micro_batches, split_pack
 from rltap.train.forward import Attention, packed_logprobs
 from rltap.train.layouts import VERL_KEYS, leaf_values, verl_batch
-from rltap.train.pack import PackLeaf, TreePack, merge_tries, pack_interactions
-from rltap.train.pack_io import decode_pack, encode_pack, load_packs, save_packs
 from rltap.train.run_dir import METRICS, REWARD_PLOT, TENSORBOARD, TRAIN_EXTRA, Checkpoint, RunDir
 
 if TYPE_CHECKING:
@@ -32,21 +30,13 @@ __all__ = [
     "Attention",
     "Checkpoint",
     "EmbeddedSync",
-    "PackLeaf",
     "RunDir",
     "SGLangSync",
-    "TreePack",
     "VLLMSync",
     "WeightSync",
-    "decode_pack",
-    "encode_pack",
     "leaf_values",
-    "load_packs",
-    "merge_tries",
     "micro_batches",
-    "pack_interactions",
     "packed_logprobs",
-    "save_packs",
     "save_weights",
     "split_pack",
     "tree_attention_mask",

@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from rltap.errors import InvalidRequest, NotFound
+from rltap.record.errors import InvalidRequest, NotFound
+from rltap.record.exported import ExportedInteraction
+from rltap.record.types import InteractionWithTokenLogpReward
 from rltap.store.read import SESSION_TOTALS, StoreReader
-from rltap.types import InteractionWithTokenLogpReward
 
 __all__ = ["SORT_KEYS", "interaction_detail", "reward_histogram", "session_list", "session_tree"]
 
@@ -55,20 +56,8 @@ def session_list(
 
 
 def _node(node: InteractionWithTokenLogpReward, discounted: float | None) -> dict[str, Any]:
-    response = node.model_response
-    return {
-        "interaction_id": node.interaction_id,
-        "parent_id": node.parent_id,
-        "link": None if node.link is None else node.link.value,
-        "agent_id": node.agent_id,
-        "status": node.status.value,
-        "error": node.error,
-        "reward": node.reward,
-        "discounted": discounted,
-        "prompt_tokens": 0 if response is None else response.input_len,
-        "generated_tokens": 0 if response is None or not node.is_complete else response.output_len,
-        "output_text": node.output_text,
-    }
+    summary = ExportedInteraction.of(node).summary()
+    return summary | {"status": node.status.value, "error": node.error, "discounted": discounted}
 
 
 def session_tree(reader: StoreReader, session_id: str, discount: float = 1.0) -> dict[str, Any]:
@@ -104,13 +93,9 @@ def interaction_detail(
         ):
             text = decode(token) if decode is not None else f"<{token}>"
             tokens.append({"id": token, "text": text, "logprob": logprob, "version": version})
-    return _node(node, None) | {
-        "session_id": row["session_id"],
-        "messages": node.messages,
-        "output_messages": node.output_message_list,
-        "stop_reason": None if response is None else response.stop_reason.value,
-        "tokens": tokens,
-    }
+    exported = ExportedInteraction.of(node).to_json()
+    status = {"status": node.status.value, "error": node.error}
+    return exported | status | {"session_id": row["session_id"], "tokens": tokens}
 
 
 def reward_histogram(reader: StoreReader, bins: int = 20) -> dict[str, Any]:

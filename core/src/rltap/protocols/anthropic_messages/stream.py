@@ -26,7 +26,6 @@ from rltap.chat.parsed import (
     ToolCallArgumentsDelta,
     ToolCallStartDelta,
 )
-from rltap.errors import RltapError
 from rltap.generation import (
     CanonicalRequest,
     Generation,
@@ -36,6 +35,7 @@ from rltap.generation import (
     StreamEvent,
 )
 from rltap.protocols.anthropic_messages.response import error_body, stop_reason, tool_use_id
+from rltap.record.errors import RltapError
 from rltap.sse import SSEEvent
 
 __all__ = ["StreamEncoder"]

@@ -25,7 +25,6 @@ from rltap.chat.parsed import (
     ToolCallArgumentsDelta,
     ToolCallStartDelta,
 )
-from rltap.errors import RltapError
 from rltap.generation import (
     CanonicalRequest,
     GenerationDelta,
@@ -39,6 +38,7 @@ from rltap.protocols.openai_chat.response import (
     usage,
     wire_finish_reason,
 )
+from rltap.record.errors import RltapError
 from rltap.sse import SSEEvent
 
 __all__ = [

@@ -46,7 +46,6 @@ from rltap.chat.parsed import (
     ToolCallArgumentsDelta,
     ToolCallStartDelta,
 )
-from rltap.errors import RltapError
 from rltap.generation import (
     CanonicalRequest,
     Generation,
@@ -69,6 +68,7 @@ from rltap.protocols.openai_responses.response import (
     usage,
     wants_summary,
 )
+from rltap.record.errors import RltapError
 from rltap.sse import SSEEvent
 
 __all__ = ["StreamEncoder"]

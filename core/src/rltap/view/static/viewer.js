@@ -132,7 +132,7 @@ function drawTree(svg, nodes) {
     group.append(el("svg:rect", { width: W, height: H }));
     group.append(el("svg:text", { x: 8, y: 16 }, `${node.interaction_id.slice(-10)} ${node.status === "complete" ? "" : node.status}`));
     group.append(el("svg:text", { x: 8, y: 32, class: "reward" }, `reward ${fmt(node.reward)} → ${fmt(node.discounted)}`));
-    group.append(el("svg:text", { x: 8, y: 48 }, `${node.prompt_tokens} + ${node.generated_tokens} tokens`));
+    group.append(el("svg:text", { x: 8, y: 48 }, `${node.input_len} + ${node.output_len} tokens`));
     group.append(el("svg:title", {}, node.error || node.output_text.slice(0, 200)));
     group.onclick = () => openInteraction(node.interaction_id);
     svg.append(group);
@@ -148,7 +148,7 @@ async function openInteraction(interactionId) {
   $("#detail-title").textContent = detail.interaction_id;
   $("#detail-meta").textContent = `parent ${detail.parent_id || "none"} · link ${detail.link} · agent ${detail.agent_id || "-"} · ` +
     `status ${detail.status}${detail.error ? ` (${detail.error})` : ""} · reward ${fmt(detail.reward)} · stop ${detail.stop_reason || "-"}`;
-  const messages = [...detail.messages, ...(detail.output_messages || []).map((m) => ({ ...m, output: true }))];
+  const messages = [...detail.messages, ...(detail.output_message_list || []).map((m) => ({ ...m, output: true }))];
   $("#messages").replaceChildren(...messages.map(messageBlock));
   $("#tokens").replaceChildren(...detail.tokens.map(tokenSpan));
 }

@@ -8,7 +8,7 @@ AReaL's (`envelope="areal"`, AReaL 1.0.4's `SerializedTensor`, which its
 "torch.float32" | "torch.bool", "shape": [1, L], "data": base64}`.
 
 In both, `data` is the tensor's values in C order, little-endian (bool: one byte each, 0 or 1).
-`decode_tensor` reads either envelope.
+`decode_array` (numpy) and `decode_tensor` (torch) read either envelope.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 __all__ = [
     "TENSOR_ENVELOPES",
     "TensorEnvelope",
+    "decode_array",
+    "decode_arrays",
     "decode_tensor",
     "decode_tensors",
     "encode_tensor",
@@ -66,10 +68,8 @@ def encode_tensor(
     return {"dtype": name, "shape": list(array.shape), "data": data}
 
 
-def decode_tensor(encoded: Mapping[str, Any]) -> torch.Tensor:
-    """A tensor from either envelope (AReaL's is the one with `"type": "tensor"`)."""
-    import torch
-
+def decode_array(encoded: Mapping[str, Any]) -> np.ndarray:
+    """A numpy array from either envelope (AReaL's is the one with `"type": "tensor"`)."""
     name = encoded["dtype"]
     if encoded.get("type") == _AREAL_TYPE and isinstance(name, str):
         name = name.removeprefix(_TORCH_PREFIX)
@@ -80,7 +80,14 @@ def decode_tensor(encoded: Mapping[str, Any]) -> torch.Tensor:
     array = np.frombuffer(base64.b64decode(encoded["data"]), dtype=np_dtype)
     if sys.byteorder != "little":
         array = array.astype(np_dtype.newbyteorder("="))
-    return torch.from_numpy(array.copy()).reshape(encoded["shape"]).to(getattr(torch, name))
+    return array.reshape(encoded["shape"]).copy()
+
+
+def decode_tensor(encoded: Mapping[str, Any]) -> torch.Tensor:
+    """`decode_array` as a torch tensor (torch imported on first use)."""
+    import torch
+
+    return torch.from_numpy(decode_array(encoded))
 
 
 def encode_tensors(
@@ -88,6 +95,10 @@ def encode_tensors(
     envelope: TensorEnvelope = "rltap",
 ) -> dict[str, dict[str, Any]]:
     return {key: encode_tensor(value, envelope) for key, value in tensors.items()}
+
+
+def decode_arrays(encoded: Mapping[str, Mapping[str, Any]]) -> dict[str, np.ndarray]:
+    return {key: decode_array(value) for key, value in encoded.items()}
 
 
 def decode_tensors(encoded: Mapping[str, Mapping[str, Any]]) -> dict[str, torch.Tensor]:
