@@ -28,7 +28,7 @@ APT_GET := $(if $(filter 0,$(shell id -u)),apt-get,sudo apt-get)
 $(STAMP): constraints.txt requirements-dev.txt core/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	test -x $(BIN)/uv || $(BIN)/python -m pip install -q uv
-	$(UV_INSTALL) -c constraints.txt $(TORCH_CPU) -e 'core[embedded,train,ray,store]' -r requirements-dev.txt
+	$(UV_INSTALL) -c constraints.txt $(TORCH_CPU) -e 'core[embedded,testing,train,ray,store]' -r requirements-dev.txt
 	command -v chromium >/dev/null 2>&1 || $(APT_GET) install -y -q chromium
 	touch $@
 
@@ -36,9 +36,11 @@ $(STAMP): constraints.txt requirements-dev.txt core/pyproject.toml
 ## its own venv, and the integration matrix's table
 test: lint typecheck unit no-torch integrations matrix
 
+# lint-imports checks the layers contract in pyproject.toml ([tool.importlinter]).
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -50,7 +52,8 @@ unit: $(STAMP)
 	rm -rf .matrix
 	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile
 
-## no-torch: `pip install ./core` in a venv without torch (.venv-notorch) serves a chat completion
+## no-torch: the slim `pip install ./core` (.venv-slim) imports the adapters' surface without the server
+## or ML stack, and `core[server,testing]` without torch (.venv-notorch) serves a chat completion
 ## from the vLLM engine through the fake vLLM server
 no-torch: $(STAMP)
 	$(BIN)/python scripts/check_no_torch.py
@@ -85,7 +88,7 @@ demo-venvs: $(DEMO_VENVS)
 
 .nox/integration-framework-%/.rltap-demo: $(STAMP) noxfile.py constraints.txt integrations/%/pyproject.toml
 	$(BIN)/nox --install-only -s "integration(framework='$*')"
-	$(BIN)/uv pip install --python .nox/integration-framework-$*/bin/python -q -c constraints.txt $(TORCH_CPU) -e 'core[embedded,train]'
+	$(BIN)/uv pip install --python .nox/integration-framework-$*/bin/python -q -c constraints.txt $(TORCH_CPU) -e 'core[embedded,testing,train]'
 	touch $@
 
 ## bench: the benchmarks in bench/, each printing ratios measured side by side
@@ -98,4 +101,4 @@ soak: $(STAMP)
 	$(BIN)/python bench/soak.py soak --sessions 10000
 
 clean:
-	rm -rf $(VENV) .nox .venv-vllm .venv-notorch .matrix
+	rm -rf $(VENV) .nox .venv-vllm .venv-notorch .venv-slim .matrix

@@ -50,14 +50,16 @@ def _install(session: nox.Session, *requirements: str) -> None:
 def integration(session: nox.Session, framework: str) -> None:
     """Install core (with Ray: each adapter's tests run its example on Ray rollout actors too)
     + one adapter with its framework, then run that adapter's tests."""
-    _install(session, "-e", "core[embedded,ray]", "-e", f"integrations/{framework}", *TEST_TOOLS)
+    _install(
+        session, "-e", "core[embedded,testing,ray]", "-e", f"integrations/{framework}", *TEST_TOOLS
+    )
     session.run("pytest", "-q", "-p", "no:cacheprovider", f"integrations/{framework}/tests")
 
 
 @nox.session(python="3.11")
 def areal(session: nox.Session) -> None:
     """AReaL 1.0.4 installed next to core: `rltap.areal` against AReaL's own classes and client."""
-    _install(session, "-e", "core[embedded]", *TEST_TOOLS)
+    _install(session, "-e", "core[embedded,testing]", *TEST_TOOLS)
     session.install("--no-deps", AREAL)
     _install(session, *AREAL_IMPORTS)
     session.run("pytest", "-q", "-p", "no:cacheprovider", "integrations/areal/tests")

@@ -1,13 +1,16 @@
-"""`pip install ./core` without torch serves and exports a chat completion through vLLM's API.
+"""rltap's two light installs, each in a virtual environment of its own.
 
-Builds (or refreshes) a virtual environment with rltap and its plain dependencies only, checks
-that torch cannot be imported there, and from that environment alone: builds the offline Qwen
-tokenizer, starts the fake vLLM server (`bench/fake_vllm.py`), runs
-`rltap serve --engine vllm --url URL --tokenizer DIR`, opens a session, asks for one chat
-completion and exports it. Exits non-zero on any failure. `make test` runs it (`make no-torch`
-alone).
+1. `pip install ./core` (the slim install, `.venv-slim`): none of the server or ML stack is
+   installed (`rltap._lazy.OPTIONAL_MODULES`), the adapters' surface (`SLIM_SURFACE`) imports, and
+   `rltap serve` refuses with an ImportError naming the `server` extra.
+2. `pip install './core[server,testing]'` without torch (`.venv-notorch`): from that
+   environment alone, builds the offline Qwen tokenizer, starts the fake vLLM server
+   (`bench/fake_vllm.py`), runs `rltap serve --engine vllm --url URL --tokenizer DIR`, opens a
+   session, asks for one chat completion and exports it.
 
-Run: .venv/bin/python scripts/check_no_torch.py [--venv .venv-notorch]
+Exits non-zero on any failure. `make test` runs it (`make no-torch` alone).
+
+Run: .venv/bin/python scripts/check_no_torch.py [--venv .venv-notorch] [--slim-venv .venv-slim]
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from rltap._lazy import OPTIONAL_MODULES
+from rltap.testing.imports import SLIM_SURFACE
+
 ROOT = Path(__file__).resolve().parents[1]
 UV = Path(sys.executable).with_name("uv")
 REPLY = "Hello from the instant engine."  # what bench/fake_vllm.py's tokens decode to
@@ -38,8 +44,9 @@ class CheckFailed(Exception):
     pass
 
 
-def build_venv(venv: Path) -> Path:
-    """`venv` with `./core` installed from a clean copy (no build output left in the tree)."""
+def build_venv(venv: Path, extras: str = "") -> Path:
+    """`venv` with `./core` (with `extras`) installed from a clean copy (no build output left in
+    the tree)."""
     python = venv / "bin" / "python"
     if not python.exists():
         subprocess.run([UV, "venv", "-q", "--python", sys.executable, venv], check=True)
@@ -49,7 +56,7 @@ def build_venv(venv: Path) -> Path:
             ROOT / "core", core, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__")
         )
         install = [UV, "pip", "install", "-q", "--python", python, "-c", ROOT / "constraints.txt"]
-        subprocess.run([*install, "--reinstall-package", "rltap", core], check=True)
+        subprocess.run([*install, "--reinstall-package", "rltap", f"{core}{extras}"], check=True)
     probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is not None)"
     if subprocess.run([python, "-c", probe], check=False).returncode != 0:
         msg = f"torch is importable in {venv}: something rltap requires pulled it in"
@@ -126,7 +133,7 @@ def chat_once(proxy: str, admin_key: str) -> str:
 
 
 def check(venv: Path) -> str:
-    python = build_venv(venv)
+    python = build_venv(venv, "[server,testing]")
     tokenizer = subprocess.run(
         [python, "-c", PRINT_TOKENIZER_DIR],
         check=True,
@@ -151,20 +158,49 @@ def check(venv: Path) -> str:
     return content
 
 
+def check_slim(venv: Path) -> None:
+    """The slim install (module docstring, 1)."""
+    python = build_venv(venv)
+    probe = (
+        "import importlib, importlib.util, json, sys\n"
+        f"optional = {sorted(OPTIONAL_MODULES)!r}\n"
+        "found = [m for m in optional if importlib.util.find_spec(m) is not None]\n"
+        f"for module in {SLIM_SURFACE!r}: importlib.import_module(module)\n"
+        "print(json.dumps(found))\n"
+    )
+    result = subprocess.run([python, "-c", probe], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        msg = f"the slim install cannot import its surface: {result.stderr.strip()}"
+        raise CheckFailed(msg)
+    if found := json.loads(result.stdout):
+        msg = f"the slim install has {found} installed: something rltap requires pulled it in"
+        raise CheckFailed(msg)
+    serve = subprocess.run(
+        [venv / "bin" / "rltap", "serve", "--engine", "vllm", "--url", "http://127.0.0.1:9"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if serve.returncode == 0 or "rltap[server]" not in serve.stderr:
+        msg = f"`rltap serve` in the slim install did not name the server extra: {serve.stderr}"
+        raise CheckFailed(msg)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--venv", type=Path, default=ROOT / ".venv-notorch")
+    parser.add_argument("--slim-venv", type=Path, default=ROOT / ".venv-slim")
     args = parser.parse_args()
     started = time.perf_counter()
     try:
+        check_slim(args.slim_venv.resolve())
         content = check(args.venv.resolve())
     except (CheckFailed, subprocess.CalledProcessError) as exc:
         print(f"no-torch: FAILED: {exc}", file=sys.stderr)
         return 1
     seconds = time.perf_counter() - started
     print(
-        f"no-torch: pass: without torch, `rltap serve --engine vllm` answered {content!r} "
-        f"through the fake vLLM ({seconds:.1f} s)"
+        f"no-torch: pass: the slim install imports {', '.join(SLIM_SURFACE)} without the server "
+        f"or ML stack; without torch, `rltap serve --engine vllm` answered {content!r} through "
+        f"the fake vLLM ({seconds:.1f} s)"
     )
     return 0
 

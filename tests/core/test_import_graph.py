@@ -8,6 +8,7 @@ inside a function, or under `if TYPE_CHECKING:`. A module importing `rltap.a.b` 
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
 
 import pytest
@@ -138,3 +139,93 @@ def test_the_layers_below_the_proxy_never_import_it(module: str) -> None:
             reachable.add(name)
             todo.extend(graph[name])
     assert not any(name == "rltap.proxy" or name.startswith("rltap.proxy.") for name in reachable)
+
+
+def _top_level_imports(path: Path, modules: set[str]) -> set[str]:
+    """Every module `path` imports outside its functions (`TYPE_CHECKING` blocks excepted: they
+    import nothing at run time), rltap's (`_source`) and others'."""
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+                continue
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                continue
+            if isinstance(child, ast.Import):
+                found.update(alias.name for alias in child.names)
+            elif isinstance(child, ast.ImportFrom) and child.module and not child.level:
+                found.add(child.module)
+                if child.module.startswith("rltap"):
+                    found.update(_source(child.module, a.name, modules) for a in child.names)
+            visit(child)
+
+    visit(ast.parse(path.read_text(), str(path)))
+    return found
+
+
+def _loads(graph: dict[str, set[str]], module: str) -> set[str]:
+    """The top-level modules (rltap's and others') that importing `module` loads."""
+    seen: set[str] = set()
+    todo = [module]
+    while todo:
+        name = todo.pop()
+        parts = name.split(".")
+        # Importing rltap.a.b runs rltap/__init__ and rltap/a/__init__ first.
+        for depth in range(1, len(parts) + 1):
+            prefix = ".".join(parts[:depth])
+            if prefix not in seen:
+                seen.add(prefix)
+                todo.extend(graph.get(prefix, ()))
+    return seen
+
+
+def _source(module: str, name: str, modules: set[str]) -> str:
+    """The module `from module import name` loads: a submodule, or the module defining the name
+    (a package's lazy names come from its modules)."""
+    if f"{module}.{name}" in modules:
+        return f"{module}.{name}"
+    defined = getattr(getattr(importlib.import_module(module), name), "__module__", module)
+    return defined if defined in modules else module
+
+
+def _function_level_imports() -> list[tuple[str, str]]:
+    """(importer, rltap module) for each import of an rltap module inside a function."""
+    found = []
+    modules = set(import_graph())
+    for path in SOURCE.rglob("*.py"):
+        for function in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(function):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("rltap"):
+                    for alias in node.names:
+                        source = _source(node.module or "", alias.name, modules)
+                        found.append((_module_name(path), source))
+    return found
+
+
+def test_a_function_level_import_of_rltap_defers_an_optional_dependency() -> None:
+    """A module imports rltap's modules at its top, unless one brings in an optional dependency
+    (`rltap._lazy.OPTIONAL_MODULES`) that the importer itself does not load."""
+    from rltap._lazy import OPTIONAL_MODULES
+
+    paths = {_module_name(p): p for p in SOURCE.rglob("*.py")}
+    graph = {name: _top_level_imports(path, set(paths)) for name, path in paths.items()}
+
+    def optional(module: str) -> set[str]:
+        return {name for name in _loads(graph, module) if name.split(".")[0] in OPTIONAL_MODULES}
+
+    needless = [
+        f"{importer} -> {imported}"
+        for importer, imported in _function_level_imports()
+        if not optional(imported) - optional(importer)
+    ]
+    assert needless == [], "\n".join(needless)
+
+
+def test_the_optional_dependency_rule_sees_a_light_module() -> None:
+    paths = {_module_name(p): p for p in SOURCE.rglob("*.py")}
+    graph = {name: _top_level_imports(path, set(paths)) for name, path in paths.items()}
+    assert "torch" in _loads(graph, "rltap.engines.transformers")
+    assert "torch" not in _loads(graph, "rltap.record.pack")

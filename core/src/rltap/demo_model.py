@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from rltap.chat.template import QWEN_CHAT_TEMPLATE
-from rltap.testing.models import cached_build
+from rltap.testing.models import cached_build, cached_tiny_model_dir
 
 __all__ = [
     "SMOLLM2_PACKAGE",
@@ -119,8 +119,6 @@ def demo_model(model: str | None, *, tiny: bool, say: Callable[[str], object]) -
     if model:
         return model, "the model given with --model"
     if tiny:
-        from rltap.testing.models import cached_tiny_model_dir
-
         note = "the tiny random test model: replies are random tokens, rewards about 0"
         return str(cached_tiny_model_dir()), note
     if not smollm2_cache_target().is_dir():

@@ -3,9 +3,10 @@
 Each row runs `group_size` episodes (one proxy session each); rows run `concurrency` at a time.
 The output folder holds:
 
-- `trajectories.jsonl`: one line per exported interaction (session, group, row, episode,
-  interaction id, parent id, messages, output text, token ids, loss mask, logprobs, versions,
-  reward);
+- `trajectories.jsonl`: one line per exported interaction: its place (`row`, `group`,
+  `episode`, `session`), the exported interaction's fields (`rltap.record.exported`: ids, link,
+  agent, discounted reward, messages, reply, lengths, stop reason) and its token columns (ids,
+  loss mask, logprobs, versions);
 - `rows.jsonl`: the ledger, one line per finished row, written after its trajectories;
 - `batch.safetensors`: every line's tensors right-padded and stacked (the seed's tensor dict);
   with `--style tree`, one token trie per row instead (its episodes' shared prompt once), packed

@@ -27,19 +27,17 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 import httpx
 
 from rltap.export import ExportStyle, concat_padded_tensors
 from rltap.proxy import OpenAIProxyClient, interactions_from_export, tree_from_export
 from rltap.record.errors import RltapError
+from rltap.record.pack import TreePack, merge_tries
 from rltap.record.types import InteractionWithTokenLogpReward
 from rltap.rewards import Aggregate, DiscountMode, LinkFactors, check_link_factors
 from rltap.subproc import AgentPool, EpisodeFailed
-
-if TYPE_CHECKING:
-    from rltap.record.pack import TreePack
 
 __all__ = [
     "Episode",
@@ -265,7 +263,6 @@ class GroupedRolloutWorkflow(RolloutWorkflow):
 
 
 def merge_results(results: list[Any]) -> EpisodeResult:
-    from rltap.record.pack import TreePack, merge_tries
 
     if not results:
         return None

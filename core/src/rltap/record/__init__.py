@@ -5,6 +5,7 @@
 - `errors`: the `RltapError` hierarchy, each error's HTTP status in one place;
 - `ids`: random ids;
 - `tensor_codec`: tensors as JSON (numpy without torch; torch on request);
+- `parsed`: a model's text as messages (content, reasoning, tool calls) and its stream deltas;
 - `pack`, `pack_io`: the tree pack (a session's calls as one token trie), its wire and file
   forms;
 - `exported`: one exported interaction, the fields every export format derives from.
@@ -58,6 +59,19 @@ from rltap.record.pack_io import (
     pack_arrays,
     save_packs,
 )
+from rltap.record.parsed import (
+    ContentDelta,
+    Delta,
+    IdFactory,
+    ParsedOutput,
+    ParsedToolCall,
+    ReasoningDelta,
+    ToolCallArgumentsDelta,
+    ToolCallStartDelta,
+    fold_deltas,
+    random_call_id,
+    sequential_call_ids,
+)
 from rltap.record.tensor_codec import (
     TENSOR_ENVELOPES,
     TensorEnvelope,
@@ -91,12 +105,15 @@ __all__ = [
     "ColumnKind",
     "Conflict",
     "Constraint",
+    "ContentDelta",
     "ContextLengthExceeded",
+    "Delta",
     "EngineError",
     "EngineTimeout",
     "EngineUnavailable",
     "ExportMismatch",
     "ExportedInteraction",
+    "IdFactory",
     "InteractionNotFound",
     "InteractionStatus",
     "InteractionWithTokenLogpReward",
@@ -108,8 +125,11 @@ __all__ = [
     "ModelResponse",
     "NotFound",
     "PackLeaf",
+    "ParsedOutput",
+    "ParsedToolCall",
     "PayloadTooLarge",
     "PermissionDenied",
+    "ReasoningDelta",
     "RltapError",
     "SessionGone",
     "StopReason",
@@ -118,6 +138,8 @@ __all__ = [
     "ThreadNotFound",
     "TokenChunk",
     "TokenSequence",
+    "ToolCallArgumentsDelta",
+    "ToolCallStartDelta",
     "TreePack",
     "concat_packs",
     "decode_array",
@@ -129,11 +151,14 @@ __all__ = [
     "encode_tensor",
     "encode_tensors",
     "error_for_status",
+    "fold_deltas",
     "load_packs",
     "merge_tries",
     "pack_arrays",
     "pack_interactions",
+    "random_call_id",
     "random_hex",
     "save_packs",
+    "sequential_call_ids",
     "token_columns",
 ]

@@ -8,13 +8,17 @@ import time
 from pathlib import Path
 from typing import Any, get_args
 
+from rich.console import Console
+
+from rltap.export import ExportStyle
+from rltap.store.files import FILE_FORMATS, export_store
+from rltap.store.read import StoreReader
+from rltap.store.summary import summary_table
+
 __all__ = ["add_export_command", "add_inspect_command"]
 
 
 def add_export_command(subparsers: Any) -> None:
-    from rltap.export import ExportStyle
-    from rltap.store.files import FILE_FORMATS
-
     export = subparsers.add_parser(
         "export",
         help="write a capture store's sessions as Parquet, JSONL or safetensors",
@@ -33,8 +37,6 @@ def add_export_command(subparsers: Any) -> None:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from rltap.store.files import export_store
-
     if not 0.0 <= args.discount <= 1.0:
         raise SystemExit(f"--discount must be in [0, 1], got {args.discount}")
     started = time.perf_counter()
@@ -65,10 +67,6 @@ def add_inspect_command(subparsers: Any) -> None:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
-    from rltap.store.read import StoreReader
-    from rltap.store.summary import summary_table
 
     try:
         reader = StoreReader(args.source)

@@ -28,6 +28,7 @@ import orjson
 from rltap.export import ExportStyle, padded_batch
 from rltap.record.exported import ExportedInteraction, token_columns
 from rltap.record.pack_io import pack_arrays, save_packs
+from rltap.store.parquet import write_parquet
 from rltap.store.read import StoreReader
 from rltap.store.rows import StoredSession
 
@@ -112,8 +113,6 @@ def export_store(
         if file_format == "jsonl":
             count = _write_jsonl(out, rows)
         elif file_format == "parquet":
-            from rltap.store.parquet import write_parquet
-
             count = write_parquet(out, rows, style)
         elif style == "tree":
             count = _write_packs(out, reader, discount)

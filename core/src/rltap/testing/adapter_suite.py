@@ -17,8 +17,10 @@ runs the tool the model calls; `tools=False` a plain chat agent. Data rows are
 
 The suite checks what every adapter must do: requests reach the injected base_url with the injected
 key and HTTP client; two concurrent runs stay in separate sessions; token data is recorded; a tool
-call round-trips; an engine error surfaces as rltap's error type. `test_no_overrides` fails when a
-subclass drops or silently overrides a standard test: every `test_` method of
+call round-trips; an engine error surfaces as rltap's error type; the adapter's package imports
+none of the server or ML stack through rltap (`rltap.testing.imports`: the slim install).
+`test_no_overrides` fails when a subclass drops or silently overrides a standard test: every
+`test_` method of
 `AdapterStandardTests` (`STANDARD_TESTS`, read off the class, so a new test is guarded at once).
 """
 
@@ -33,6 +35,7 @@ import pytest
 from rltap.proxy import OpenAIProxyClient
 from rltap.record.errors import EngineError
 from rltap.testing.harness import check_episode, scripted_proxy
+from rltap.testing.imports import optional_imports
 from rltap.testing.proxy import RunningProxy
 from rltap.testing.scripts import FINAL_PREFIX, echo
 
@@ -157,6 +160,10 @@ class AdapterStandardTests:
                     {"question": "this fails"}, base_url=session.base_url, api_key=session.api_key
                 )
             await session.end_session()
+
+    def test_the_adapter_imports_without_the_server_or_the_ml_stack(self) -> None:
+        package = type(self._agents(tools=False)[0]).__module__.partition(".")[0]
+        assert optional_imports(package) == []
 
     def test_no_overrides(self) -> None:
         for name in STANDARD_TESTS:

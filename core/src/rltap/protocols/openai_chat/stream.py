@@ -18,13 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rltap.chat.parsed import (
-    ContentDelta,
-    Delta,
-    ReasoningDelta,
-    ToolCallArgumentsDelta,
-    ToolCallStartDelta,
-)
 from rltap.generation import (
     CanonicalRequest,
     GenerationDelta,
@@ -39,6 +32,13 @@ from rltap.protocols.openai_chat.response import (
     wire_finish_reason,
 )
 from rltap.record.errors import RltapError
+from rltap.record.parsed import (
+    ContentDelta,
+    Delta,
+    ReasoningDelta,
+    ToolCallArgumentsDelta,
+    ToolCallStartDelta,
+)
 from rltap.sse import SSEEvent
 
 __all__ = [

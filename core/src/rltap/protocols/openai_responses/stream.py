@@ -39,13 +39,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rltap.chat.parsed import (
-    ContentDelta,
-    Delta,
-    ReasoningDelta,
-    ToolCallArgumentsDelta,
-    ToolCallStartDelta,
-)
 from rltap.generation import (
     CanonicalRequest,
     Generation,
@@ -69,6 +62,13 @@ from rltap.protocols.openai_responses.response import (
     wants_summary,
 )
 from rltap.record.errors import RltapError
+from rltap.record.parsed import (
+    ContentDelta,
+    Delta,
+    ReasoningDelta,
+    ToolCallArgumentsDelta,
+    ToolCallStartDelta,
+)
 from rltap.sse import SSEEvent
 
 __all__ = ["StreamEncoder"]
