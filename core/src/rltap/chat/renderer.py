@@ -33,6 +33,7 @@ Usage:
 
 from __future__ import annotations
 
+import copy
 import enum
 import json
 import os
@@ -156,6 +157,13 @@ class ChatRenderer:
     @property
     def mode(self) -> RenderMode:
         return self._mode
+
+    def with_mode(self, mode: RenderMode | str) -> ChatRenderer:
+        """This renderer in another mode; the compiled template and its caches are shared
+        (they do not depend on the mode)."""
+        renderer = copy.copy(self)
+        renderer._mode = RenderMode(mode)
+        return renderer
 
     @property
     def end_of_turn_ids(self) -> tuple[int, ...]:
