@@ -16,7 +16,7 @@ prompt over `engine_max_tokens` or any other invalid request, KeyError for an un
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import cached_property
 from typing import Any
@@ -28,14 +28,15 @@ from pydantic import BaseModel
 
 from rltap.areal.cache import InteractionCache
 from rltap.areal.engine import as_rltap_engine
+from rltap.areal.io_struct import to_rltap_response
 from rltap.areal.streaming import areal_chunks, areal_stream_options
-from rltap.chat.renderer import RenderMode
+from rltap.chat.renderer import ChatRenderer, ParentTokens, RenderMode
 from rltap.client import RLTAP_ERROR, DirectOpenAI
 from rltap.errors import RltapError
 from rltap.session import Session
 from rltap.types import InteractionWithTokenLogpReward
 
-__all__ = ["ArealOpenAI"]
+__all__ = ["ArealOpenAI", "concat_prompt_token_ids_with_parent"]
 
 # AReaL's default when a call names no max_tokens / max_completion_tokens.
 _DEFAULT_MAX_NEW_TOKENS = 512
@@ -69,6 +70,35 @@ def _message_dicts(messages: Any) -> list[dict[str, Any]]:
             msg = f"messages[{index}] must be a dict or a BaseModel; got {type(message).__name__}"
             raise TypeError(msg)
     return dicts
+
+
+def concat_prompt_token_ids_with_parent(
+    message_list: list[dict[str, Any]],
+    parent: InteractionWithTokenLogpReward | None,
+    tokenizer: Any,
+    tools: Iterable[Mapping[str, Any]] | None = None,
+    extra_body: Mapping[str, Any] | None = None,
+) -> list[int]:
+    """AReaL's concat prompt: `parent`'s tokens (prompt + reply, its turn closed) followed by
+    the chat template's rendering of only `message_list`, the messages added since; without a
+    parent, the full rendering. rltap's concat renderer (`rltap.chat.renderer`) computes it."""
+    renderer = ChatRenderer(tokenizer, mode=RenderMode.CONCAT)
+    kwargs = dict((extra_body or {}).get("chat_template_kwargs") or {})
+    tool_list = None if tools is None else list(tools)
+    if parent is None:
+        return renderer.render(message_list, tools=tool_list, template_kwargs=kwargs).input_ids
+    if parent.model_response is None:
+        msg = "Parent interaction has no model_response."
+        raise ValueError(msg)
+    response = to_rltap_response(parent.model_response)
+    history = [*parent.messages, *(parent.output_message_list or [])]
+    tokens = ParentTokens(
+        token_ids=response.input_tokens + response.output_tokens, message_count=len(history)
+    )
+    messages = [*history, *message_list]
+    return renderer.render(
+        messages, tools=tool_list, parent=tokens, template_kwargs=kwargs
+    ).input_ids
 
 
 class _TemplateType:
