@@ -33,7 +33,6 @@ Usage:
 
 from __future__ import annotations
 
-import copy
 import enum
 import json
 import os
@@ -159,10 +158,9 @@ class ChatRenderer:
         return self._mode
 
     def with_mode(self, mode: RenderMode | str) -> ChatRenderer:
-        """This renderer in another mode; the compiled template and its caches are shared
-        (they do not depend on the mode)."""
-        renderer = copy.copy(self)
-        renderer._mode = RenderMode(mode)
+        """This renderer in another mode, sharing its (mode-free) compiled template and caches."""
+        renderer = object.__new__(type(self))
+        vars(renderer).update(vars(self), _mode=RenderMode(mode))
         return renderer
 
     @property
