@@ -27,7 +27,7 @@ from rich.table import Table
 
 from rltap.engines.transformers import TransformersEngine
 from rltap.testing.models import cached_tiny_model_dir
-from rltap.types import Constraint, ModelRequest
+from rltap.record.types import Constraint, ModelRequest
 
 __all__ = ["main"]
 

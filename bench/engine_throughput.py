@@ -26,7 +26,7 @@ from rich.table import Table
 
 from rltap.engines.transformers import TransformersEngine
 from rltap.testing.models import cached_tiny_model_dir
-from rltap.types import ModelRequest
+from rltap.record.types import ModelRequest
 
 __all__ = ["main"]
 

@@ -41,7 +41,7 @@ from rich.table import Table
 
 from rltap.chat.renderer import ChatRenderer
 from rltap.testing.models import cached_qwen_tokenizer_dir, cached_tiny_model_dir
-from rltap.types import ModelRequest
+from rltap.record.types import ModelRequest
 
 ADMIN_KEY = "bench-admin-key-0123456789abcdef"
 BENCH = Path(__file__).resolve().parent

@@ -40,8 +40,8 @@ from rich.table import Table
 
 from rltap.testing.packs import recorded_call
 from rltap.train.forward import Attention, packed_logprobs
-from rltap.train.pack import TreePack, pack_interactions
-from rltap.types import InteractionWithTokenLogpReward
+from rltap.record.pack import TreePack, pack_interactions
+from rltap.record.types import InteractionWithTokenLogpReward
 
 Calls = list[InteractionWithTokenLogpReward]
 

@@ -11,7 +11,7 @@ import pytest
 
 from rltap.areal import ArealOpenAI
 from rltap.testing.areal_engine import ScriptedArealEngine
-from rltap.types import InteractionStatus, InteractionWithTokenLogpReward, ModelResponse
+from rltap.record.types import InteractionStatus, InteractionWithTokenLogpReward, ModelResponse
 
 ClientFactory = Callable[..., tuple[ArealOpenAI, ScriptedArealEngine]]  # the areal_client fixture
 

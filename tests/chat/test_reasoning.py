@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rltap.chat.parsed import ParsedOutput, ParsedToolCall, sequential_call_ids
+from rltap.record.parsed import ParsedOutput, ParsedToolCall, sequential_call_ids
 from rltap.chat.reasoning import (
     REASONING_PARSERS,
     DeepSeekR1ReasoningParser,

@@ -6,7 +6,7 @@ import httpx
 import openai
 import pytest
 
-from rltap import errors
+from rltap.record import errors
 from rltap.adapter import (
     APIS,
     AgentAdapter,

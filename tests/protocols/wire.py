@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from rltap.chat.parsed import ParsedToolCall
+from rltap.record.parsed import ParsedToolCall
 from rltap.generation import StreamEvent
 from rltap.protocols import StreamEncoder
 from rltap.sse import SSEEvent

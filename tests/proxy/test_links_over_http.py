@@ -15,7 +15,7 @@ from rltap.links import agent_header_value
 from rltap.proxy.client import interactions_from_export
 from rltap.testing.proxy import RunningProxy
 from rltap.testing.scripts import FINAL_PREFIX
-from rltap.types import Link
+from rltap.record.types import Link
 
 DISCOUNT = 0.9
 

@@ -11,7 +11,7 @@ import openai
 
 from rltap.proxy import OpenAIProxyClient, interactions_from_export, tree_from_export
 from rltap.testing.proxy import RunningProxy
-from rltap.train.pack_io import PACK_ARRAYS
+from rltap.record.pack_io import PACK_ARRAYS
 
 ProxyFactory = Callable[..., Awaitable[RunningProxy]]
 

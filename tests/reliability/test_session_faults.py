@@ -22,7 +22,7 @@ import pytest
 from fault_agents import FaultyAgent
 from reliability_support import HOLD, HeldEngine, MakeProxy, assert_error, poll
 
-from rltap import errors
+from rltap.record import errors
 from rltap.chat.renderer import ChatRenderer
 from rltap.proxy.app import create_app
 from rltap.proxy.client import OpenAIProxyClient

@@ -15,7 +15,7 @@ import pytest
 
 from rltap.cache import InteractionCache
 from rltap.store import CaptureStore
-from rltap.types import InteractionWithTokenLogpReward, ModelResponse
+from rltap.record.types import InteractionWithTokenLogpReward, ModelResponse
 
 _CALLS = 50
 

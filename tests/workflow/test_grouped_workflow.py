@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from rltap.testing.proxy import RunningProxy
-from rltap.types import InteractionWithTokenLogpReward, TokenSequence
+from rltap.record.types import InteractionWithTokenLogpReward, TokenSequence
 from rltap.workflow import (
     EpisodeResult,
     GroupedRolloutWorkflow,

@@ -12,7 +12,7 @@ from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rltap.errors import RltapError
+from rltap.record.errors import RltapError
 from rltap.generation import CanonicalRequest, Generation, GenerationEnd, StreamEvent
 from rltap.protocols import ApiSpec, spec_named
 from rltap.session import Session

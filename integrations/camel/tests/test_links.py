@@ -20,7 +20,7 @@ from camel.societies import RolePlaying
 
 from rltap.adapter import Connection
 from rltap.testing import RunningProxy
-from rltap.types import InteractionWithTokenLogpReward, Link
+from rltap.record.types import InteractionWithTokenLogpReward, Link
 from rltap.workflow import OpenAIProxyWorkflow
 from rltap_camel import CamelAdapter, ProxyModel, name_agents
 

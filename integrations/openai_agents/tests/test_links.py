@@ -21,7 +21,7 @@ from oa_agents_for_tests import FINAL_ANSWER, calculate
 from rltap.adapter import Connection
 from rltap.testing import RunningProxy
 from rltap.testing.scripts import FINAL_PREFIX, arguments_for, tool_loop
-from rltap.types import InteractionWithTokenLogpReward, Link
+from rltap.record.types import InteractionWithTokenLogpReward, Link
 from rltap.workflow import OpenAIProxyWorkflow
 from rltap_openai_agents import (
     AgentFactory,

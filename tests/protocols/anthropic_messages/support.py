@@ -16,7 +16,7 @@ import orjson
 import pytest
 from anthropic.types import Message, UserMessageParam
 
-from rltap.chat.parsed import (
+from rltap.record.parsed import (
     ContentDelta,
     Delta,
     ParsedOutput,
@@ -36,7 +36,7 @@ from rltap.generation import (
 )
 from rltap.protocols.anthropic_messages import ID_PREFIX, StreamEncoder, parse_request
 from rltap.sse import SSEEvent
-from rltap.types import ModelResponse, StopReason
+from rltap.record.types import ModelResponse, StopReason
 
 from ..wire import assistant_message, encode_stream
 

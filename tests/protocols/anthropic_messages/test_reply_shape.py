@@ -11,7 +11,7 @@ import orjson
 import pytest
 from pydantic import BaseModel
 
-from rltap.errors import InvalidRequest
+from rltap.record.errors import InvalidRequest
 from rltap.protocols.anthropic_messages import parse_request
 
 from .support import WEATHER_TOOL, body

@@ -7,7 +7,7 @@ import orjson
 import pytest
 from anthropic.types import ErrorResponse, Message
 
-from rltap.errors import (
+from rltap.record.errors import (
     AuthenticationError,
     CapacityExhausted,
     Conflict,

@@ -15,7 +15,7 @@ import httpx2
 import openai
 import pytest
 
-from rltap.chat.parsed import (
+from rltap.record.parsed import (
     ContentDelta,
     Delta,
     ReasoningDelta,
@@ -34,7 +34,7 @@ from rltap.generation import (
 )
 from rltap.protocols import openai_chat as proto
 from rltap.sse import SSEEvent
-from rltap.types import ModelResponse, StopReason
+from rltap.record.types import ModelResponse, StopReason
 
 from ..wire import encode_stream
 

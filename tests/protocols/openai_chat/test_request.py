@@ -12,7 +12,7 @@ import pytest
 from openai.types.chat import ChatCompletion
 
 from rltap.canonical import canonical_message
-from rltap.errors import InvalidRequest
+from rltap.record.errors import InvalidRequest
 from rltap.generation import UnsupportedContent
 from rltap.protocols import openai_chat as proto
 

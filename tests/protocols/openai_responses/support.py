@@ -13,7 +13,7 @@ import httpx2
 import openai
 import pytest
 
-from rltap.chat.parsed import (
+from rltap.record.parsed import (
     ContentDelta,
     Delta,
     ParsedOutput,
@@ -33,7 +33,7 @@ from rltap.generation import (
 )
 from rltap.protocols import openai_responses as proto
 from rltap.sse import SSEEvent
-from rltap.types import ModelResponse, StopReason
+from rltap.record.types import ModelResponse, StopReason
 
 from ..wire import assistant_message, encode_stream
 

@@ -12,7 +12,7 @@ import pytest
 from openai.types.responses import Response
 
 from rltap.canonical import canonical_message
-from rltap.errors import InvalidRequest
+from rltap.record.errors import InvalidRequest
 from rltap.generation import UnsupportedContent
 from rltap.protocols import openai_responses as proto
 

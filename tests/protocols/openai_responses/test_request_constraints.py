@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from rltap.errors import InvalidRequest
+from rltap.record.errors import InvalidRequest
 from rltap.protocols import openai_responses as proto
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}

@@ -9,7 +9,7 @@ import openai
 import pytest
 from openai.types.responses import Response
 
-from rltap.errors import CapacityExhausted, EngineError, InvalidRequest, RltapError
+from rltap.record.errors import CapacityExhausted, EngineError, InvalidRequest, RltapError
 from rltap.generation import FinishReason
 from rltap.protocols import openai_responses as proto
 

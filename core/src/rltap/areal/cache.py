@@ -29,10 +29,10 @@ import numpy as np
 
 from rltap.areal.io_struct import to_rltap_response
 from rltap.cache import InteractionCache as TreeCache
-from rltap.errors import InvalidRequest
+from rltap.record.errors import InvalidRequest
 from rltap.export import ExportStyle, branch_sequence, concat_leaves, export_interactions
-from rltap.types import InteractionStatus, InteractionWithTokenLogpReward, TokenSequence
-from rltap.types import ModelResponse as RltapResponse
+from rltap.record.types import InteractionStatus, InteractionWithTokenLogpReward, TokenSequence
+from rltap.record.types import ModelResponse as RltapResponse
 
 __all__ = ["InteractionCache"]
 

@@ -32,9 +32,9 @@ from rltap.areal.io_struct import to_rltap_response
 from rltap.areal.streaming import areal_chunks, areal_stream_options
 from rltap.chat.renderer import ChatRenderer, ParentTokens, RenderMode
 from rltap.client import RLTAP_ERROR, DirectOpenAI
-from rltap.errors import RltapError
+from rltap.record.errors import RltapError
 from rltap.session import Session
-from rltap.types import InteractionWithTokenLogpReward
+from rltap.record.types import InteractionWithTokenLogpReward
 
 __all__ = ["ArealOpenAI", "concat_prompt_token_ids_with_parent"]
 

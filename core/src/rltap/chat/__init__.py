@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rltap.chat.parsed import (
+from rltap.record.parsed import (
     ContentDelta,
     Delta,
     ParsedOutput,

@@ -20,7 +20,7 @@ import enum
 from dataclasses import dataclass
 from typing import ClassVar
 
-from rltap.chat.parsed import ContentDelta, ReasoningDelta
+from rltap.record.parsed import ContentDelta, ReasoningDelta
 from rltap.chat.registry import Registry
 from rltap.chat.tool_call_stream import partial_tag_len
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 
 from rltap.chat.lark_syntax import TokenSyntax, literal, text_without
-from rltap.chat.parsed import IdFactory
+from rltap.record.parsed import IdFactory
 from rltap.chat.registry import Registry
 from rltap.chat.tool_call_stream import (
     StreamState,

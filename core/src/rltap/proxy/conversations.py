@@ -21,7 +21,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel
 
-from rltap.errors import InvalidRequest, NotFound
+from rltap.record.errors import InvalidRequest, NotFound
 from rltap.generation import CanonicalRequest, Generation
 from rltap.protocols import ApiSpec
 from rltap.protocols.openai_responses import ResponsesRequest

@@ -25,7 +25,7 @@ from rltap.session import SessionConfig
 from rltap.testing.models import cached_tiny_model_dir
 from rltap.testing.proxy import TEST_ADMIN_KEY, RunningProxy, start_test_proxy
 from rltap.testing.scripts import tool_loop
-from rltap.types import InteractionWithTokenLogpReward
+from rltap.record.types import InteractionWithTokenLogpReward
 
 __all__ = [
     "FIDELITY_TOLERANCE",

@@ -32,7 +32,7 @@ from rltap.train.advantages import Normalisation, assign_advantages, trainable_t
 from rltap.train.batches import micro_batches
 from rltap.train.forward import Attention, packed_token_stats
 from rltap.train.loss import LossSettings, LossSums, policy_loss
-from rltap.train.pack import TreePack
+from rltap.record.pack import TreePack
 
 __all__ = ["PolicyTrainer", "TrainSettings"]
 

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Discriminator, Tag
 
-from rltap.errors import InvalidRequest
+from rltap.record.errors import InvalidRequest
 from rltap.generation import UnsupportedContent
 
 __all__ = [

@@ -19,7 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, with_config
 from typing_extensions import TypedDict
 
-from rltap.errors import InvalidRequest
+from rltap.record.errors import InvalidRequest
 from rltap.generation import ToolChoice
 
 __all__ = [

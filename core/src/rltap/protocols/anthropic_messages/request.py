@@ -43,7 +43,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from rltap.chat.constraints import check_request_schemas
-from rltap.errors import InvalidRequest
+from rltap.record.errors import InvalidRequest
 from rltap.generation import CanonicalRequest, UnsupportedContent
 from rltap.protocols.anthropic_messages.content import (
     ContentBlockParam,

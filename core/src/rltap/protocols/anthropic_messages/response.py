@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from rltap.errors import RltapError, ThreadNotFound
+from rltap.record.errors import RltapError, ThreadNotFound
 from rltap.generation import CanonicalRequest, Generation
 
 __all__ = [

@@ -19,14 +19,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rltap.chat.parsed import (
+from rltap.record.parsed import (
     ContentDelta,
     Delta,
     ReasoningDelta,
     ToolCallArgumentsDelta,
     ToolCallStartDelta,
 )
-from rltap.errors import RltapError
+from rltap.record.errors import RltapError
 from rltap.generation import (
     CanonicalRequest,
     Generation,

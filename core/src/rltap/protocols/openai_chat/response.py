@@ -16,7 +16,7 @@ import math
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from rltap.errors import RltapError
+from rltap.record.errors import RltapError
 from rltap.generation import CanonicalRequest, FinishReason, Generation
 
 __all__ = [

@@ -27,8 +27,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from rltap.errors import InvalidRequest, NotFound
-from rltap.ids import random_hex
+from rltap.record.errors import InvalidRequest, NotFound
+from rltap.record.ids import random_hex
 from rltap.protocols._validation import format_param
 from rltap.protocols.openai_responses.input_items import (
     CompactionItem,

@@ -30,7 +30,7 @@ import math
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from rltap.errors import CapacityExhausted, InvalidRequest, RltapError
+from rltap.record.errors import CapacityExhausted, InvalidRequest, RltapError
 from rltap.generation import CanonicalRequest, FinishReason, Generation
 
 __all__ = [
