@@ -12,8 +12,8 @@ import pytest
 from rltap.areal import ArealOpenAI
 from rltap.engines.vllm import VLLMEngine
 from rltap.record.errors import ContextLengthExceeded, EngineError
-from rltap.testing.areal_engine import ScriptedArealEngine
 from rltap.record.types import InteractionStatus
+from rltap.testing.areal_engine import ScriptedArealEngine
 
 ClientFactory = Callable[..., tuple[ArealOpenAI, ScriptedArealEngine]]  # the areal_client fixture
 

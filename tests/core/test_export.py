@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from rltap.cache import InteractionCache
-from rltap.record.errors import ExportMismatch, InvalidRequest
 from rltap.export import concat_padded_tensors
+from rltap.record.errors import ExportMismatch, InvalidRequest
 from rltap.record.types import InteractionWithTokenLogpReward
 
 Record = Callable[..., InteractionWithTokenLogpReward]

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from rltap.cache import InteractionCache
-from rltap.store import CaptureStore
 from rltap.record.types import InteractionWithTokenLogpReward, ModelResponse
+from rltap.store import CaptureStore
 
 _CALLS = 50
 

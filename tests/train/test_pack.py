@@ -10,10 +10,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rltap.record.errors import ExportMismatch
 from rltap.export import branch_sequence
+from rltap.record.errors import ExportMismatch
 from rltap.record.pack import TreePack, merge_tries, pack_interactions
-from rltap.record.types import InteractionStatus, InteractionWithTokenLogpReward, Link, ModelResponse
+from rltap.record.types import (
+    InteractionStatus,
+    InteractionWithTokenLogpReward,
+    Link,
+    ModelResponse,
+)
 
 Node = InteractionWithTokenLogpReward
 

@@ -24,8 +24,8 @@ from rltap.engines.sglang import SGLangEngine
 from rltap.engines.transformers import TransformersEngine
 from rltap.engines.vllm import VLLMEngine
 from rltap.record.errors import EngineError
-from rltap.train.sync import EmbeddedSync, SGLangSync, VLLMSync, weight_sync
 from rltap.record.types import ModelRequest, ModelResponse, StopReason
+from rltap.train.sync import EmbeddedSync, SGLangSync, VLLMSync, weight_sync
 
 PROMPT = [151644, 872, 198, 9707, 11, 1246, 525, 498, 30, 151645, 198, 151644, 77091, 198]
 

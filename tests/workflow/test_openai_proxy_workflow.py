@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from rltap.record.errors import NotFound
-from rltap.testing.proxy import RunningProxy
 from rltap.record.types import InteractionWithTokenLogpReward
+from rltap.testing.proxy import RunningProxy
 from rltap.workflow import Mode, OpenAIProxyWorkflow, WorkflowError, resolve_workflow
 
 MODES = [pytest.param("inline", id="inline"), pytest.param("subproc", id="subproc")]

@@ -26,11 +26,16 @@ from rltap.canonical import (
     extend_chain,
     extend_chain_canonical,
 )
-from rltap.record.errors import Conflict, InteractionNotFound
 from rltap.export import ExportStyle, export_interactions, export_tree
 from rltap.links import LinkIndex, derive_agent_id, same_system_prompt
+from rltap.record.errors import Conflict, InteractionNotFound
+from rltap.record.types import (
+    InteractionStatus,
+    InteractionWithTokenLogpReward,
+    Link,
+    ModelResponse,
+)
 from rltap.rewards import Aggregate, DiscountMode, LinkFactors, check_reward, discount_rewards
-from rltap.record.types import InteractionStatus, InteractionWithTokenLogpReward, Link, ModelResponse
 
 if TYPE_CHECKING:
     from rltap.record.pack import TreePack

@@ -29,15 +29,15 @@ from rltap.cache import InteractionCache
 from rltap.chat.renderer import ChatRenderer
 from rltap.chat.streaming import build_output_parser
 from rltap.engines.base import InferenceEngine
-from rltap.record.errors import NotFound, RltapError
 from rltap.exchange import JsonReply, reply
 from rltap.export import ExportStyle
 from rltap.json_body import parse_json
 from rltap.links import AGENT_HEADER, agent_from_header
 from rltap.protocols import SPECS, spec_for_path
+from rltap.record.errors import NotFound, RltapError
+from rltap.record.types import InteractionWithTokenLogpReward
 from rltap.rewards import Aggregate, DiscountMode, LinkFactors
 from rltap.session import Session, SessionConfig
-from rltap.record.types import InteractionWithTokenLogpReward
 
 if TYPE_CHECKING:
     from rltap.record.pack import TreePack

@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rltap.record.parsed import Delta, ParsedOutput
 from rltap.record.errors import InvalidRequest
+from rltap.record.parsed import Delta, ParsedOutput
 from rltap.record.types import ModelResponse
 
 __all__ = [

@@ -31,12 +31,12 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import httpx
 
-from rltap.record.errors import RltapError
 from rltap.export import ExportStyle, concat_padded_tensors
 from rltap.proxy import OpenAIProxyClient, interactions_from_export, tree_from_export
+from rltap.record.errors import RltapError
+from rltap.record.types import InteractionWithTokenLogpReward
 from rltap.rewards import Aggregate, DiscountMode, LinkFactors, check_link_factors
 from rltap.subproc import AgentPool, EpisodeFailed
-from rltap.record.types import InteractionWithTokenLogpReward
 
 if TYPE_CHECKING:
     from rltap.record.pack import TreePack

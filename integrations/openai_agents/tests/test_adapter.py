@@ -17,8 +17,8 @@ from oa_agents_for_tests import (
 )
 
 from rltap.record import errors
-from rltap.testing import RunningProxy
 from rltap.record.types import InteractionWithTokenLogpReward
+from rltap.testing import RunningProxy
 from rltap.workflow import Episode, OpenAIProxyWorkflow
 from rltap_openai_agents import OpenAIAgentsAdapter
 

@@ -29,8 +29,8 @@ import numpy as np
 
 from rltap.areal.io_struct import to_rltap_response
 from rltap.cache import InteractionCache as TreeCache
-from rltap.record.errors import InvalidRequest
 from rltap.export import ExportStyle, branch_sequence, concat_leaves, export_interactions
+from rltap.record.errors import InvalidRequest
 from rltap.record.types import InteractionStatus, InteractionWithTokenLogpReward, TokenSequence
 from rltap.record.types import ModelResponse as RltapResponse
 

@@ -33,8 +33,8 @@ from rltap.areal.streaming import areal_chunks, areal_stream_options
 from rltap.chat.renderer import ChatRenderer, ParentTokens, RenderMode
 from rltap.client import RLTAP_ERROR, DirectOpenAI
 from rltap.record.errors import RltapError
-from rltap.session import Session
 from rltap.record.types import InteractionWithTokenLogpReward
+from rltap.session import Session
 
 __all__ = ["ArealOpenAI", "concat_prompt_token_ids_with_parent"]
 

@@ -22,7 +22,13 @@ import aiohttp
 from rltap.engines._http_client import EngineHTTPClient, iter_sse_data
 from rltap.engines.base import EngineBase
 from rltap.record.errors import EngineError
-from rltap.record.types import LogprobConvention, ModelRequest, ModelResponse, StopReason, TokenChunk
+from rltap.record.types import (
+    LogprobConvention,
+    ModelRequest,
+    ModelResponse,
+    StopReason,
+    TokenChunk,
+)
 
 __all__ = ["EventReader", "HTTPEngineBase", "InflightRequests"]
 

@@ -24,7 +24,6 @@ import httpx
 import numpy as np
 
 from rltap.record import errors
-from rltap.rewards import DiscountMode
 from rltap.record.tensor_codec import decode_tensors
 from rltap.record.types import (
     InteractionStatus,
@@ -35,6 +34,7 @@ from rltap.record.types import (
     StopReason,
     TokenSequence,
 )
+from rltap.rewards import DiscountMode
 
 if TYPE_CHECKING:
     from rltap.record.pack import TreePack

@@ -38,7 +38,6 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from rltap.record.errors import Conflict, InvalidRequest, NotFound
 from rltap.export import ExportStyle, export_tree
 from rltap.proxy.requests import request_key
 from rltap.proxy.routing import (
@@ -50,10 +49,11 @@ from rltap.proxy.routing import (
     proxy_state,
 )
 from rltap.proxy.state import ProxyState, SessionRecord, SessionState
-from rltap.rewards import Aggregate, DiscountMode, check_link_factors, check_reward
-from rltap.session import Session
+from rltap.record.errors import Conflict, InvalidRequest, NotFound
 from rltap.record.tensor_codec import TensorEnvelope, encode_tensors
 from rltap.record.types import InteractionStatus, InteractionWithTokenLogpReward
+from rltap.rewards import Aggregate, DiscountMode, check_link_factors, check_reward
+from rltap.session import Session
 
 __all__ = [
     "ROUTERS",

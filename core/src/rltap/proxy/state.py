@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING
 
 from rltap.chat.renderer import ChatRenderer
 from rltap.engines.base import InferenceEngine
+from rltap.protocols.openai_responses.conversations import ConversationStore
+from rltap.proxy.metrics import ProxyMetrics
 from rltap.record.errors import (
     AuthenticationError,
     CapacityExhausted,
@@ -39,10 +41,8 @@ from rltap.record.errors import (
     SessionGone,
 )
 from rltap.record.ids import random_hex
-from rltap.protocols.openai_responses.conversations import ConversationStore
-from rltap.proxy.metrics import ProxyMetrics
-from rltap.session import Session, SessionConfig
 from rltap.record.tensor_codec import TensorEnvelope
+from rltap.session import Session, SessionConfig
 
 if TYPE_CHECKING:
     from rltap.store.capture import CaptureStore

@@ -16,7 +16,6 @@ import orjson
 
 from rltap.cache import InteractionCache
 from rltap.canonical import tools_context
-from rltap.store.codec import float_blob, floats, int_blob, ints
 from rltap.record.types import (
     InteractionStatus,
     InteractionWithTokenLogpReward,
@@ -25,6 +24,7 @@ from rltap.record.types import (
     ModelResponse,
     StopReason,
 )
+from rltap.store.codec import float_blob, floats, int_blob, ints
 
 __all__ = [
     "COLUMNS",

@@ -20,7 +20,12 @@ from typing import Any
 import numpy as np
 
 from rltap.record.pack import TreePack, pack_interactions
-from rltap.record.types import InteractionStatus, InteractionWithTokenLogpReward, Link, ModelResponse
+from rltap.record.types import (
+    InteractionStatus,
+    InteractionWithTokenLogpReward,
+    Link,
+    ModelResponse,
+)
 
 __all__ = [
     "SAMPLE_PACKS",

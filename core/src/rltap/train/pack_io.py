@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from rltap.record.tensor_codec import decode_tensor, decode_tensors, encode_tensor, encode_tensors
 from rltap.record.pack import PackLeaf, TreePack
+from rltap.record.tensor_codec import decode_tensor, decode_tensors, encode_tensor, encode_tensors
 
 __all__ = [
     "PACK_ARRAYS",

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from typing import Any
 
 from rltap.record.errors import InvalidRequest, NotFound
-from rltap.store.read import SESSION_TOTALS, StoreReader
 from rltap.record.types import InteractionWithTokenLogpReward
+from rltap.store.read import SESSION_TOTALS, StoreReader
 
 __all__ = ["SORT_KEYS", "interaction_detail", "reward_histogram", "session_list", "session_tree"]
 
