@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ExportStyle",
     "branch_sequence",
+    "concat_leaves",
     "concat_padded_tensors",
     "export_interactions",
     "export_tree",
@@ -119,15 +120,11 @@ def export_interactions(
             for node in complete
         }
     if style == "concat":
-        continued = {
-            parent.interaction_id for node in complete if (parent := node.token_parent) is not None
-        }
         return {
             node.interaction_id: node.copy_for_export(
                 reward=rewards[node.interaction_id], sequence=branch_sequence(node)
             )
-            for node in complete
-            if node.interaction_id not in continued
+            for node in concat_leaves(complete)
         }
     if style == "tree":
         msg = "style 'tree' exports one TreePack, not interactions: call export_tree"
@@ -146,6 +143,16 @@ def export_tree(
     A kept call whose prefix parent is left out starts from its own full prompt.
     """
     return pack_interactions(_exportable(nodes, agents), rewards)
+
+
+def concat_leaves(
+    nodes: Sequence[InteractionWithTokenLogpReward],
+) -> list[InteractionWithTokenLogpReward]:
+    """The `nodes` whose tokens no other of them continues: the ends of the concat branches."""
+    continued = {
+        parent.interaction_id for node in nodes if (parent := node.token_parent) is not None
+    }
+    return [node for node in nodes if node.interaction_id not in continued]
 
 
 def _exportable(

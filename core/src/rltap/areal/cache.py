@@ -6,7 +6,9 @@ What differs from `rltap.InteractionCache` is only what AReaL's callers rely on:
 - An interaction stored AReaL's way, `cache[id] = InteractionWithTokenLogpReward(...)`, is
   complete once it carries both a `model_response` and an `output_message_list`, whether set
   before storing it or afterwards on the stored object; a response of AReaL's own class is read
-  into rltap's.
+  into rltap's. Any other object is kept as given, as AReaL duck-types it (its tests store
+  MagicMocks): it links and exports by its messages, and its tensors (or those of a concat
+  branch it is on) are a ValueError saying so, never made up.
 - `apply_reward_discount(turn_discount)` discounts in insertion order ("chain": AReaL's
   numbers), writes the discounted reward into each interaction, and may be called only once
   (RuntimeError after that). `rltap.InteractionCache` discounts along the tree and never
@@ -19,17 +21,69 @@ What differs from `rltap.InteractionCache` is only what AReaL's callers rely on:
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, cast
+
+import numpy as np
 
 from rltap.areal.io_struct import to_rltap_response
 from rltap.cache import InteractionCache as TreeCache
-from rltap.export import ExportStyle, export_interactions
+from rltap.export import ExportStyle, branch_sequence, concat_leaves, export_interactions
 from rltap.record.errors import InvalidRequest
-from rltap.record.types import InteractionStatus, InteractionWithTokenLogpReward
+from rltap.record.types import InteractionStatus, InteractionWithTokenLogpReward, TokenSequence
+from rltap.record.types import ModelResponse as RltapResponse
 
 __all__ = ["InteractionCache"]
 
 _STYLES = ("individual", "concat")
+
+
+def _readable(response: Any) -> Any:
+    """rltap's response for anything that reads as AReaL's; any other object as given."""
+    try:
+        return to_rltap_response(response)
+    except (TypeError, ValueError):
+        return response
+
+
+@dataclass(slots=True, kw_only=True)
+class _Unreadable(TokenSequence):
+    """The export sequence of an interaction whose tokens rest on a reply rltap cannot read."""
+
+    reason: str
+
+    def to_arrays(self, reward: float) -> dict[str, np.ndarray]:
+        raise ValueError(self.reason)
+
+
+def _export_duck_typed(
+    complete: Sequence[InteractionWithTokenLogpReward],
+    rewards: Mapping[str, float],
+    style: str,
+) -> dict[str, InteractionWithTokenLogpReward]:
+    """`export_interactions` where some replies are kept as given: the same interactions, the
+    tensors of those that stand on such a reply refused."""
+    exported = {}
+    for node in concat_leaves(complete) if style == "concat" else complete:
+        branch = [node]
+        while style == "concat" and (above := branch[-1].token_parent) is not None:
+            branch.append(above)
+        unreadable = [n for n in branch if not isinstance(n.model_response, RltapResponse)]
+        sequence: TokenSequence | None = None
+        if unreadable:
+            response = unreadable[0].model_response
+            reason = (
+                f"interaction {unreadable[0].interaction_id}'s model_response is a "
+                f"{type(response).__name__} that does not read as a ModelResponse (token ids, "
+                "logprobs and versions of one length, an AReaL stop_reason): it has no tensors"
+            )
+            sequence = _Unreadable(reason=reason)
+        elif style == "concat":
+            sequence = branch_sequence(node)
+        reward = rewards[node.interaction_id]
+        exported[node.interaction_id] = node.copy_for_export(reward=reward, sequence=sequence)
+    return exported
 
 
 class InteractionCache(TreeCache):
@@ -46,7 +100,7 @@ class InteractionCache(TreeCache):
     def __setitem__(self, interaction_id: str, interaction: InteractionWithTokenLogpReward) -> None:
         self._complete_pending()
         if interaction.model_response is not None:
-            interaction.model_response = to_rltap_response(interaction.model_response)
+            interaction.model_response = _readable(interaction.model_response)
         super().__setitem__(interaction_id, interaction)
         if interaction.status is InteractionStatus.IN_FLIGHT:
             self._pending.append(interaction_id)
@@ -62,7 +116,7 @@ class InteractionCache(TreeCache):
             if response is None or outputs is None:
                 still.append(interaction_id)
             else:
-                self.complete(interaction_id, to_rltap_response(response), outputs)
+                self.complete(interaction_id, _readable(response), outputs)
         self._pending = still
 
     @property
@@ -112,4 +166,6 @@ class InteractionCache(TreeCache):
                 )
                 raise InvalidRequest(msg, param="style")
             rewards = {node.interaction_id: node.reward or 0.0 for node in complete}
+            if any(not isinstance(node.model_response, RltapResponse) for node in complete):
+                return _export_duck_typed(complete, rewards, style)
             return export_interactions(complete, rewards, cast(ExportStyle, style), None)

@@ -16,7 +16,7 @@ prompt over `engine_max_tokens` or any other invalid request, KeyError for an un
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import cached_property
 from typing import Any
@@ -28,11 +28,15 @@ from pydantic import BaseModel
 
 from rltap.areal.cache import InteractionCache
 from rltap.areal.engine import as_rltap_engine
+from rltap.areal.io_struct import to_rltap_response
+from rltap.areal.streaming import areal_chunks, areal_stream_options
+from rltap.chat.renderer import ChatRenderer, ParentTokens, RenderMode
 from rltap.client import RLTAP_ERROR, DirectOpenAI
 from rltap.record.errors import RltapError
 from rltap.record.types import InteractionWithTokenLogpReward
+from rltap.session import Session
 
-__all__ = ["ArealOpenAI"]
+__all__ = ["ArealOpenAI", "concat_prompt_token_ids_with_parent"]
 
 # AReaL's default when a call names no max_tokens / max_completion_tokens.
 _DEFAULT_MAX_NEW_TOKENS = 512
@@ -68,25 +72,86 @@ def _message_dicts(messages: Any) -> list[dict[str, Any]]:
     return dicts
 
 
-class _Completions(AsyncCompletions):
+def concat_prompt_token_ids_with_parent(
+    message_list: list[dict[str, Any]],
+    parent: InteractionWithTokenLogpReward | None,
+    tokenizer: Any,
+    tools: Iterable[Mapping[str, Any]] | None = None,
+    extra_body: Mapping[str, Any] | None = None,
+) -> list[int]:
+    """AReaL's concat prompt: `parent`'s tokens (prompt + reply, its turn closed) followed by
+    the chat template's rendering of only `message_list`, the messages added since; without a
+    parent, the full rendering. rltap's concat renderer (`rltap.chat.renderer`) computes it."""
+    renderer = ChatRenderer(tokenizer, mode=RenderMode.CONCAT)
+    kwargs = dict((extra_body or {}).get("chat_template_kwargs") or {})
+    tool_list = None if tools is None else list(tools)
+    if parent is None:
+        return renderer.render(message_list, tools=tool_list, template_kwargs=kwargs).input_ids
+    if parent.model_response is None:
+        msg = "Parent interaction has no model_response."
+        raise ValueError(msg)
+    response = to_rltap_response(parent.model_response)
+    history = [*parent.messages, *(parent.output_message_list or [])]
+    tokens = ParentTokens(
+        token_ids=response.input_tokens + response.output_tokens, message_count=len(history)
+    )
+    messages = [*history, *message_list]
+    return renderer.render(
+        messages, tools=tool_list, parent=tokens, template_kwargs=kwargs
+    ).input_ids
+
+
+class _TemplateType:
+    """`chat_template_type` of AReaL's completions and responses resources, settable after
+    construction as AReaL's tests set it: one setting of the client's session for both."""
+
+    _session: Session
+
+    @property
+    def chat_template_type(self) -> str:
+        return self._session.renderer.mode.value
+
+    @chat_template_type.setter
+    def chat_template_type(self, value: str) -> None:
+        modes = [mode.value for mode in RenderMode]
+        if value not in modes:
+            msg = f"Unsupported chat_template_type {value!r}; expected one of {modes}"
+            raise ValueError(msg)
+        self._session.renderer = self._session.renderer.with_mode(value)
+
+
+class _Completions(_TemplateType, AsyncCompletions):
+    def __init__(self, client: openai.AsyncOpenAI, session: Session) -> None:
+        super().__init__(client)
+        self._session = session
+
     async def create(self, *, messages: Any, model: str = "default", **params: Any) -> Any:
-        """`chat.completions.create` with `model` optional, as AReaL's examples call it."""
+        """`chat.completions.create` with `model` optional, as AReaL's examples call it; a
+        stream comes in AReaL's chunk shape (`rltap.areal.streaming`)."""
         dicts: Any = _message_dicts(messages)
+        streaming = params.get("stream") is True
+        if streaming:
+            params["stream_options"] = areal_stream_options(params.get("stream_options"))
         with _areal_errors():
-            return await super().create(messages=dicts, model=model, **params)
+            reply = await super().create(messages=dicts, model=model, **params)
+        return areal_chunks(reply) if streaming else reply
 
 
 class _Chat(AsyncChat):
-    def __init__(self, client: openai.AsyncOpenAI) -> None:
+    def __init__(self, client: openai.AsyncOpenAI, session: Session) -> None:
         super().__init__(client)
-        self._areal_completions = _Completions(client)
+        self._areal_completions = _Completions(client, session)
 
     @property
     def completions(self) -> _Completions:
         return self._areal_completions
 
 
-class _Responses(AsyncResponses):
+class _Responses(_TemplateType, AsyncResponses):
+    def __init__(self, client: openai.AsyncOpenAI, session: Session) -> None:
+        super().__init__(client)
+        self._session = session
+
     async def create(self, **params: Any) -> Any:
         with _areal_errors():
             return await super().create(**params)
@@ -129,11 +194,21 @@ class ArealOpenAI(DirectOpenAI):
 
     @cached_property
     def chat(self) -> _Chat:
-        return _Chat(self)
+        return _Chat(self, self.session)
 
     @cached_property
     def responses(self) -> _Responses:
-        return _Responses(self)
+        return _Responses(self, self.session)
+
+    @property
+    def chat_template_type(self) -> str:
+        """ "hf" or "concat"; settable at any time (on the client, `chat.completions` or
+        `responses` alike), for the calls made from then on."""
+        return self.chat.completions.chat_template_type
+
+    @chat_template_type.setter
+    def chat_template_type(self, value: str) -> None:
+        self.chat.completions.chat_template_type = value
 
     @property
     def cache(self) -> InteractionCache:

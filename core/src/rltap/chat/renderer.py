@@ -157,6 +157,12 @@ class ChatRenderer:
     def mode(self) -> RenderMode:
         return self._mode
 
+    def with_mode(self, mode: RenderMode | str) -> ChatRenderer:
+        """This renderer in another mode, sharing its (mode-free) compiled template and caches."""
+        renderer = object.__new__(type(self))
+        vars(renderer).update(vars(self), _mode=RenderMode(mode))
+        return renderer
+
     @property
     def end_of_turn_ids(self) -> tuple[int, ...]:
         """The ids that close an assistant turn (`<|im_end|>` -> (151645,) for Qwen)."""

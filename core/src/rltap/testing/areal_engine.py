@@ -62,4 +62,6 @@ class ScriptedArealEngine:
             output_versions=[self.version] * len(output),
             stop_reason="stop" if len(output) == len(tokens) else "length",
             latency=0.001,
+            # AReaL's engines set it: its client strips the stop token with it.
+            tokenizer=self.tokenizer,
         )
