@@ -89,8 +89,8 @@ class DirectTransport(_http.AsyncBaseTransport):  # type: ignore[misc,name-defin
     async def handle_async_request(self, request: Any) -> Any:
         path, method = str(request.url.path), str(request.method)
         spec = spec_for_path(path) or SPECS["chat"]
-        agent = agent_from_header(request.headers.get(AGENT_HEADER))
         try:
+            agent = agent_from_header(request.headers.get(AGENT_HEADER))
             if method == "POST" and path.rstrip("/") in spec.paths:
                 return await self._generate(request, spec, agent)
             found = operation_for(method, path)

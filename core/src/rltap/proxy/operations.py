@@ -71,7 +71,10 @@ def _documented(operation: Operation) -> Callable[..., Awaitable[Response]]:
         parameters.append(inspect.Parameter("query", keyword, annotation=query))
     if operation.body is not None:
         body = Annotated[operation.body, Body()]  # type: ignore[name-defined]
-        parameters.append(inspect.Parameter("body", keyword, annotation=body))
+        # A body with no required field may be left out (an empty body is `{}`).
+        required = any(f.is_required() for f in operation.body.model_fields.values())
+        default = inspect.Parameter.empty if required else None
+        parameters.append(inspect.Parameter("body", keyword, annotation=body, default=default))
     endpoint.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
     return endpoint
 
