@@ -98,13 +98,11 @@ class DirectTransport(_http.AsyncBaseTransport):  # type: ignore[misc,name-defin
                 msg = f"no route {method} {path}"
                 raise NotFound(msg)
             spec, operation, params = found
-            raw = await request.aread() if operation.body is not None else b""
+            body = None
+            if operation.body is not None:
+                body = parse_json(await request.aread(), allow_empty=True)
             answer = await operation.run(
-                self.session,
-                params,
-                query=request.url.params,
-                body=parse_json(raw, allow_empty=True) if operation.body is not None else None,
-                agent=agent,
+                self.session, params, query=request.url.params, body=body, agent=agent
             )
         except RltapError as exc:
             error = spec.error_body(exc)
