@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from rltap.errors import InvalidRequest
+from rltap.record.errors import InvalidRequest
 
 __all__ = [
     "errors_to_invalid_request",

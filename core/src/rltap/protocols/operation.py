@@ -21,7 +21,7 @@ from pydantic import BaseModel
 
 from rltap.generation import CanonicalRequest, Generation
 from rltap.protocols._validation import validate_model
-from rltap.types import InteractionWithTokenLogpReward
+from rltap.record.types import InteractionWithTokenLogpReward
 
 __all__ = ["InteractionLookup", "OnDone", "Operation", "OperationCall", "SessionPort"]
 

@@ -13,10 +13,10 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from rltap.errors import RltapError
 from rltap.generation import CanonicalRequest, Generation, StreamEvent
 from rltap.protocols._validation import validate_model
 from rltap.protocols.operation import OnDone, Operation, SessionPort
+from rltap.record.errors import RltapError
 from rltap.sse import SSEEvent
 
 __all__ = ["ApiSpec", "StreamEncoder"]

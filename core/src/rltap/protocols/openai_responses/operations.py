@@ -17,7 +17,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from rltap.errors import NotFound
 from rltap.protocols.openai_responses.compaction import (
     CompactRequest,
     compacted_body,
@@ -32,6 +31,7 @@ from rltap.protocols.openai_responses.conversations import (
     stored_items,
 )
 from rltap.protocols.operation import Operation, OperationCall, SessionPort
+from rltap.record.errors import NotFound
 
 __all__ = ["API", "OPERATIONS", "ListItemsQuery", "conversation_store"]
 
