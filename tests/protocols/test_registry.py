@@ -15,6 +15,7 @@ from rltap.protocols import (
     anthropic_messages,
     openai_chat,
     openai_responses,
+    operation_for,
     spec_for_path,
     spec_named,
 )
@@ -51,6 +52,58 @@ def test_the_app_serves_every_path_of_every_spec(tiny_model: Any, renderer: Chat
         for path in spec.paths:
             assert "post" in routes[path], path
             assert routes[path]["post"]["summary"] == spec.title
+
+
+def test_the_app_documents_every_operation_of_every_spec(
+    tiny_model: Any, renderer: ChatRenderer
+) -> None:
+    engine = ScriptedEngine(echo, tiny_model, tokenizer=renderer.tokenizer)
+    app = create_app(engine, renderer, ProxyConfig(admin_key=TEST_ADMIN_KEY))
+    routes = app.openapi()["paths"]
+    operations = [op for spec in SPECS.values() for op in spec.operations]
+    assert operations  # Responses' and Anthropic's
+    for operation in operations:
+        documented = routes[operation.path][operation.method.lower()]
+        assert documented["summary"] == operation.summary
+        names = {p["name"] for p in documented.get("parameters", []) if p["in"] == "path"}
+        assert names == set(operation.params)
+        assert ("requestBody" in documented) == (operation.body is not None)
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "name", "params"),
+    [
+        pytest.param("GET", "/v1/responses/resp_1", "responses", {"response_id": "resp_1"}),
+        pytest.param("POST", "/v1/responses/compact", "responses", {}, id="compact"),
+        pytest.param(
+            "DELETE",
+            "/v1/conversations/conv_1/items/msg_2/",
+            "responses",
+            {"conversation_id": "conv_1", "item_id": "msg_2"},
+            id="item",
+        ),
+        pytest.param("POST", "/v1/messages/count_tokens", "messages", {}, id="count"),
+    ],
+)
+def test_operation_for(method: str, path: str, name: str, params: dict[str, str]) -> None:
+    found = operation_for(method, path)
+    assert found is not None
+    spec, operation, matched = found
+    assert (spec.name, operation.method, matched) == (name, method, params)
+    assert operation in spec.operations
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        pytest.param("POST", "/v1/responses", id="a-generation-route"),
+        pytest.param("PUT", "/v1/conversations/c", id="other-method"),
+        pytest.param("GET", "/v1/conversations/c/x", id="below-an-operation"),
+        pytest.param("GET", "/v1/responses", id="above-a-parameter"),
+    ],
+)
+def test_operation_for_anything_else_is_none(method: str, path: str) -> None:
+    assert operation_for(method, path) is None
 
 
 @pytest.mark.parametrize(

@@ -5,13 +5,17 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import anthropic
+import httpx2
 import openai
 import pytest
 import torch
 
 from rltap import DirectOpenAI
 from rltap.chat.renderer import ChatRenderer
+from rltap.client import DirectTransport
 from rltap.engines.scripted import ScriptedEngine
+from rltap.protocols.openai_responses.compaction import COMPACTION_PROMPT
 
 STREAMING = [pytest.param(False, id="json"), pytest.param(True, id="stream")]
 
@@ -210,3 +214,170 @@ async def test_agents_named_by_header_are_recorded_and_exported_by_agent(
         await client.chat.completions.create(
             model="tiny", messages=messages, extra_headers={"X-Rltap-Agent": "a" * 300}
         )
+
+
+# -- the APIs' other routes, served in process from the same declarations as the proxy's ------
+
+
+def assert_openai_error(error: openai.APIStatusError, param: str | None, needle: str) -> None:
+    assert isinstance(error.body, dict)
+    assert set(error.body) == {"message", "type", "param", "code"}  # the SDK unwraps "error"
+    assert error.body["param"] == param
+    assert needle in error.body["message"]
+
+
+@pytest.mark.parametrize("stream", STREAMING)
+async def test_responses_retrieve_returns_the_response_as_answered(
+    client: DirectOpenAI, stream: bool
+) -> None:
+    response_id, text = await respond(client, stream=stream, input="keep me")
+    retrieved = await client.responses.retrieve(response_id)
+    assert (retrieved.id, retrieved.status) == (response_id, "completed")
+    assert retrieved.output_text == text == "Turn 0: you said: keep me"
+
+    completion_id, _ = await chat(client, [{"role": "user", "content": "hi"}], stream=False)
+    for unknown in ("resp_unknown", completion_id):  # a chat completion is no stored response
+        with pytest.raises(openai.NotFoundError) as caught:
+            await client.responses.retrieve(unknown)
+        assert_openai_error(caught.value, "response_id", unknown)
+
+
+async def test_conversations_create_list_update_and_delete(client: DirectOpenAI) -> None:
+    conversation = await client.conversations.create(
+        items=[{"role": "user", "content": "first"}], metadata={"topic": "t"}
+    )
+    assert conversation.id.startswith("conv_")
+    assert conversation.metadata == {"topic": "t"}
+    added = await client.conversations.items.create(
+        conversation.id,
+        items=[{"role": "assistant", "content": "second"}, {"role": "user", "content": "3"}],
+    )
+    assert [item.type for item in added.data] == ["message", "message"]
+    # Three items over pages of two: the SDK follows the `after` cursor.
+    pages = client.conversations.items.list(conversation.id, order="asc", limit=2)
+    ascending = [item async for item in pages]
+    texts = [item.content[0].text for item in ascending]  # type: ignore[union-attr]
+    assert texts == ["first", "second", "3"]
+    newest = await client.conversations.items.list(conversation.id, limit=1)
+    assert ([item.id for item in newest.data], newest.has_more) == ([ascending[2].id], True)
+
+    item = await client.conversations.items.retrieve(
+        ascending[1].id, conversation_id=conversation.id
+    )
+    assert item.id == ascending[1].id
+    await client.conversations.items.delete(ascending[1].id, conversation_id=conversation.id)
+    left = [item.id async for item in client.conversations.items.list(conversation.id)]
+    assert left == [ascending[2].id, ascending[0].id]
+    with pytest.raises(openai.BadRequestError) as bad:
+        await client.conversations.items.list(conversation.id, limit=101)
+    assert_openai_error(bad.value, "limit", "between 1 and 100")
+    with pytest.raises(openai.BadRequestError) as hosted:
+        await client.conversations.items.create(
+            conversation.id,
+            items=[{"type": "web_search_call", "id": "w"}],  # type: ignore[list-item]
+        )
+    assert_openai_error(hosted.value, "items[0].type", "web_search_call")
+
+    updated = await client.conversations.update(conversation.id, metadata={"topic": "u"})
+    assert updated.metadata == {"topic": "u"}
+    assert (await client.conversations.retrieve(conversation.id)).metadata == {"topic": "u"}
+    deleted = await client.conversations.delete(conversation.id)
+    assert (deleted.id, deleted.deleted) == (conversation.id, True)
+    with pytest.raises(openai.NotFoundError) as gone:
+        await client.conversations.retrieve(conversation.id)
+    assert_openai_error(gone.value, None, conversation.id)
+
+
+async def test_conversations_are_the_clients_own(
+    client: DirectOpenAI, engine: ScriptedEngine, renderer: ChatRenderer
+) -> None:
+    conversation = await client.conversations.create()
+    other = DirectOpenAI(engine=engine, tokenizer=renderer.tokenizer)
+    with pytest.raises(openai.NotFoundError):
+        await other.conversations.retrieve(conversation.id)
+    with pytest.raises(openai.NotFoundError) as caught:
+        await other.responses.create(model="tiny", conversation=conversation.id, input="x")
+    assert_openai_error(caught.value, "conversation", conversation.id)
+    await other.close()
+
+
+@pytest.mark.parametrize("stream", STREAMING)
+async def test_a_response_in_a_conversation_reads_and_extends_it(
+    client: DirectOpenAI, stream: bool
+) -> None:
+    conversation = await client.conversations.create(items=[{"role": "user", "content": "hello"}])
+    first_id, first_text = await respond(
+        client, stream=stream, conversation=conversation.id, input="first"
+    )
+    second_id, second_text = await respond(
+        client, stream=stream, conversation={"id": conversation.id}, input="second"
+    )
+    assert second_text == "Turn 1: you said: second"
+
+    items = [item async for item in client.conversations.items.list(conversation.id, order="asc")]
+    summary = [(item.role, item.content[0].text) for item in items]  # type: ignore[union-attr]
+    assert summary == [
+        ("user", "hello"),
+        ("user", "first"),
+        ("assistant", first_text),
+        ("user", "second"),
+        ("assistant", second_text),
+    ]
+    # The conversation's history is the first reply's prompt and output: one token sequence.
+    assert client.get_interaction(second_id).parent_id == first_id
+    with pytest.raises(openai.BadRequestError) as both:
+        await client.responses.create(
+            model="tiny", conversation=conversation.id, previous_response_id=first_id, input="y"
+        )
+    assert_openai_error(both.value, "conversation", "cannot be used together")
+
+
+async def test_compact_summarises_with_a_recorded_generation(client: DirectOpenAI) -> None:
+    history: list[Any] = [
+        {"role": "user", "content": "one"},
+        {"role": "assistant", "content": "reply one"},
+        {"role": "user", "content": "two"},
+    ]
+    compacted = await client.responses.compact(model="tiny", input=history)
+    assert compacted.object == "response.compaction"
+    *users, compaction = compacted.output
+    assert [u.content[0].text for u in users] == ["one", "two"]  # type: ignore[union-attr]
+    assert compaction.type == "compaction"
+    summarised = client.get_interaction(compacted.id)
+    assert summarised.messages[-1] == {"role": "user", "content": COMPACTION_PROMPT}
+    assert compaction.encrypted_content == f"Turn 1: you said: {COMPACTION_PROMPT}"  # type: ignore[union-attr]
+    assert summarised.model_response is not None
+    assert compacted.usage.output_tokens == summarised.model_response.output_len
+    with pytest.raises(openai.BadRequestError) as nothing:
+        await client.responses.compact(model="tiny")
+    assert_openai_error(nothing.value, "input", "")
+
+
+async def test_a_route_no_api_declares_is_a_404(client: DirectOpenAI) -> None:
+    with pytest.raises(openai.NotFoundError) as caught:
+        await client.models.list()
+    assert_openai_error(caught.value, None, "GET /v1/models")
+
+
+async def test_an_anthropic_sdk_on_the_transport_counts_tokens(
+    client: DirectOpenAI, renderer: ChatRenderer
+) -> None:
+    """No Anthropic direct client exists; `DirectTransport` answers its count_tokens all the
+    same, declared once with the Messages API (`rltap.protocols.anthropic_messages`)."""
+    transport = DirectTransport(client.session)
+    async with anthropic.AsyncAnthropic(
+        api_key="direct",
+        base_url="http://rltap.direct",
+        http_client=httpx2.AsyncClient(transport=transport),
+        max_retries=0,
+    ) as claude:
+        request: dict[str, Any] = {
+            "model": "tiny",
+            "messages": [{"role": "user", "content": "count me"}],
+        }
+        counted = await claude.messages.count_tokens(**request)
+        reply = await claude.messages.create(max_tokens=16, **request)
+        assert reply.usage.input_tokens == counted.input_tokens > 0
+        with pytest.raises(anthropic.BadRequestError) as bad:
+            await claude.messages.count_tokens(model="tiny", messages=[])
+        assert bad.value.body["type"] == "error"  # type: ignore[index]

@@ -2,8 +2,11 @@
 
 `chat.completions.create` and `responses.create` (streaming too) go through an in-process
 transport into the same `Session` code the proxy runs, so a call recorded here is recorded exactly
-as the proxy would record it. AReaL's `ArealOpenAI` (`rltap.areal`) is this client with AReaL's
-constructor, defaults and reward contract.
+as the proxy would record it. The APIs' other routes are served the same way, from the same
+declarations as the proxy's (`rltap.protocols.operation`): `responses.retrieve`,
+`responses.compact`, `conversations.*` and `responses.create(conversation=...)`, the
+conversations being this client's session's own. AReaL's `ArealOpenAI` (`rltap.areal`) is this
+client with AReaL's constructor, defaults and reward contract.
 
 Usage:
     client = DirectOpenAI(engine=engine, tokenizer="/models/qwen", tool_call_parser="hermes")
@@ -33,7 +36,7 @@ from rltap.exchange import JsonReply, reply
 from rltap.export import ExportStyle
 from rltap.json_body import parse_json
 from rltap.links import AGENT_HEADER, agent_from_header
-from rltap.protocols import SPECS, spec_for_path
+from rltap.protocols import SPECS, ApiSpec, operation_for, spec_for_path
 from rltap.record.errors import NotFound, RltapError
 from rltap.record.types import InteractionWithTokenLogpReward
 from rltap.rewards import Aggregate, DiscountMode, LinkFactors
@@ -74,36 +77,55 @@ class _Chunks(_http.AsyncByteStream):  # type: ignore[misc,name-defined]
 
 
 class DirectTransport(_http.AsyncBaseTransport):  # type: ignore[misc,name-defined]
-    """Answers the SDK's requests in process: path -> protocol -> `Session` -> wire reply."""
+    """Answers the SDK's requests in process: path -> protocol -> `Session` -> wire reply.
+
+    A generation route's POST is generated (`rltap.exchange`); any other API route is that
+    API's `Operation` (`rltap.protocols.operation`), answered as the proxy answers it.
+    """
 
     def __init__(self, session: Session) -> None:
         self.session = session
 
     async def handle_async_request(self, request: Any) -> Any:
-        path = str(request.url.path)
+        path, method = str(request.url.path), str(request.method)
         spec = spec_for_path(path) or SPECS["chat"]
         try:
-            # Only the generation routes themselves: `/v1/messages/count_tokens` and the like
-            # are the proxy's (`rltap.proxy`), never a generation.
-            if path.rstrip("/") not in spec.paths:
-                msg = f"no generation API at {path}"
+            agent = agent_from_header(request.headers.get(AGENT_HEADER))
+            if method == "POST" and path.rstrip("/") in spec.paths:
+                return await self._generate(request, spec, agent)
+            found = operation_for(method, path)
+            if found is None:
+                msg = f"no route {method} {path}"
                 raise NotFound(msg)
-            body = parse_json(await request.aread())
-            canonical = spec.parse(body)
-            canonical.agent = agent_from_header(request.headers.get(AGENT_HEADER))
-            result = await reply(self.session, canonical)
+            spec, operation, params = found
+            body = None
+            if operation.body is not None:
+                body = parse_json(await request.aread(), allow_empty=True)
+            answer = await operation.run(
+                self.session, params, query=request.url.params, body=body, agent=agent
+            )
         except RltapError as exc:
             error = spec.error_body(exc)
             extensions = {RLTAP_ERROR: exc}
             return _http.Response(
                 exc.status_code, json=error, request=request, extensions=extensions
             )
+        return _json(answer, request)
+
+    async def _generate(self, request: Any, spec: ApiSpec, agent: str | None) -> Any:
+        body = spec.validate(parse_json(await request.aread()))
+        canonical, after = spec.canonical_in(body, self.session)
+        canonical.agent = agent
+        result = await reply(self.session, canonical, after)
         if isinstance(result, JsonReply):
-            content = orjson.dumps(result.body)
-            headers = {"content-type": "application/json"}
-            return _http.Response(200, headers=headers, content=content, request=request)
+            return _json(result.body, request)
         headers = {"content-type": "text/event-stream"}
         return _http.Response(200, headers=headers, stream=_Chunks(result.chunks), request=request)
+
+
+def _json(body: Any, request: Any) -> Any:
+    headers = {"content-type": "application/json"}
+    return _http.Response(200, headers=headers, content=orjson.dumps(body), request=request)
 
 
 class DirectOpenAI(openai.AsyncOpenAI):

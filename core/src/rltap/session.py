@@ -94,6 +94,19 @@ class Session:
         self.config = config or SessionConfig()
         self.cache = cache if cache is not None else InteractionCache()
         self._stop_ids = frozenset(renderer.stop_token_ids)
+        self._api_states: dict[str, Any] = {}
+
+    def api_state(self, api: str) -> Any:
+        """This session's own state of API `api` (the Responses API's conversations), made by
+        its spec's `session_state` on first use; the state dies with the session."""
+        state = self._api_states.get(api)
+        if state is None:
+            make = spec_named(api).session_state
+            if make is None:
+                msg = f"the {api!r} API keeps no state in a session"
+                raise KeyError(msg)
+            state = self._api_states[api] = make()
+        return state
 
     async def generate(self, request: CanonicalRequest) -> list[Generation]:
         """Every choice of `request`, finished."""

@@ -13,13 +13,20 @@ The tag of a discriminated union is a plain value and stays in the path (`conten
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from rltap.record.errors import InvalidRequest
 
-__all__ = ["errors_to_invalid_request", "format_param", "validation_error_to_invalid_request"]
+__all__ = [
+    "errors_to_invalid_request",
+    "format_param",
+    "validate_model",
+    "validation_error_to_invalid_request",
+]
+
+Model = TypeVar("Model", bound=BaseModel)
 
 _TYPE_LABELS = frozenset(
     {"str", "int", "float", "bool", "dict", "list", "tuple", "set", "none", "bytes", "any"}
@@ -41,6 +48,17 @@ def format_param(path: Sequence[int | str]) -> str | None:
     for entry in path:
         text += f"[{entry}]" if isinstance(entry, int) else (f".{entry}" if text else entry)
     return text or None
+
+
+def validate_model(model: type[Model], body: Any) -> Model:
+    """`body` (a parsed JSON value) as `model`; `InvalidRequest` (400) naming the field."""
+    if not isinstance(body, dict):
+        msg = "The request body must be a JSON object."
+        raise InvalidRequest(msg)
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        raise validation_error_to_invalid_request(exc) from exc
 
 
 def validation_error_to_invalid_request(

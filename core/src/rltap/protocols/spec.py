@@ -11,11 +11,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from rltap.generation import CanonicalRequest, Generation, StreamEvent
-from rltap.protocols._validation import validation_error_to_invalid_request
-from rltap.record.errors import InvalidRequest, RltapError
+from rltap.protocols._validation import validate_model
+from rltap.protocols.operation import OnDone, Operation, SessionPort
+from rltap.record.errors import RltapError
 from rltap.sse import SSEEvent
 
 __all__ = ["ApiSpec", "StreamEncoder"]
@@ -69,16 +70,26 @@ class ApiSpec:
     """How the API's reply ids begin (`chatcmpl-`); interaction ids follow it."""
     reply_field: str
     """The interaction attribute that keeps the reply body (the seed's `completion`, ...)."""
+    operations: tuple[Operation, ...] = ()
+    """The API's other routes (`rltap.protocols.operation`): retrieve, count tokens, ..."""
+    session_state: Callable[[], object] | None = None
+    """A new session's own state of this API (`Session.api_state`), made on first use."""
+    in_session: Callable[[Any, SessionPort], tuple[CanonicalRequest, OnDone | None]] | None = None
+    """`to_canonical` for bodies that name the session's state (Responses' `conversation`):
+    the canonical request, and what to do once its generations finished (or None)."""
 
     def validate(self, body: Any) -> BaseModel:
         """`body` (a parsed JSON value) as `request_model`; `InvalidRequest` naming the field."""
-        if not isinstance(body, dict):
-            msg = "The request body must be a JSON object."
-            raise InvalidRequest(msg)
-        try:
-            return self.request_model.model_validate(body)
-        except ValidationError as exc:
-            raise validation_error_to_invalid_request(exc) from exc
+        return validate_model(self.request_model, body)
+
+    def canonical_in(
+        self, body: BaseModel, session: SessionPort
+    ) -> tuple[CanonicalRequest, OnDone | None]:
+        """A validated body -> the canonical request in `session` (`in_session`, where the
+        API has one), and its callback for when the generations finished."""
+        if self.in_session is None:
+            return self.to_canonical(body), None
+        return self.in_session(body, session)
 
     def parse(self, body: Any) -> CanonicalRequest:
         """A request body -> the canonical request, or `InvalidRequest` (400)."""

@@ -1,10 +1,11 @@
 """The proxy's HTTP surface: one FastAPI app, one pipeline for every route.
 
-Every route, generation (`rltap.proxy.generation`, one per path of each wire API) and control
-(`rltap.proxy.control`), passes the same body limit and metrics middleware, reads its body the
-same way and checks its key with the same dependencies (`rltap.proxy.routing`), and has its
-errors mapped in one place (`rltap.proxy.errors`). The OpenAPI document is FastAPI's, generated
-from the routes' pydantic models.
+Every route, generation (`rltap.proxy.generation`, one per path of each wire API), the APIs'
+other operations (`rltap.proxy.operations`) and control (`rltap.proxy.control`), passes the same
+body limit and metrics middleware, reads its body the same way and checks its key with the same
+dependencies (`rltap.proxy.routing`), and has its errors mapped in one place
+(`rltap.proxy.errors`). The OpenAPI document is FastAPI's, generated from the routes' pydantic
+models.
 """
 
 from __future__ import annotations
@@ -21,12 +22,11 @@ from fastapi.routing import APIRoute
 from rltap.cache import InteractionCache
 from rltap.chat.renderer import ChatRenderer
 from rltap.engines.base import InferenceEngine
-from rltap.proxy import control, conversations, generation
+from rltap.proxy import control, generation, operations
 from rltap.proxy.errors import install_error_handlers
 from rltap.proxy.metrics import ProxyMetrics
 from rltap.proxy.middleware import BodyLimitMiddleware, MetricsMiddleware
 from rltap.proxy.state import ProxyConfig, ProxyState, SessionStore
-from rltap.proxy.token_count import TOKEN_COUNT_ROUTER
 from rltap.session import Session
 
 if TYPE_CHECKING:
@@ -70,12 +70,15 @@ def create_app(engine: InferenceEngine, renderer: ChatRenderer, config: ProxyCon
     app.state.rltap = state
     for path, endpoint in generation.ENDPOINTS:
         app.add_route(path, endpoint, methods=["POST"], include_in_schema=False)
-    routers = (*control.ROUTERS, conversations.ROUTER)
-    for router in routers:
+    for path, endpoint, method in operations.ENDPOINTS:
+        app.add_route(path, endpoint, methods=[method], include_in_schema=False)
+    for router in control.ROUTERS:
         app.include_router(router)
-    app.include_router(TOKEN_COUNT_ROUTER)
-    documented = [*generation.DOCUMENTED, *(r for router in routers for r in router.routes)]
-    documented += TOKEN_COUNT_ROUTER.routes
+    documented = [
+        *generation.DOCUMENTED,
+        *operations.DOCUMENTED,
+        *(route for router in control.ROUTERS for route in router.routes),
+    ]
     routes = [route.path for route in documented if isinstance(route, APIRoute)]
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=config.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=state.metrics, routes=routes)

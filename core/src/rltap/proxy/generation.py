@@ -31,7 +31,6 @@ from rltap import exchange
 from rltap.generation import Generation
 from rltap.json_body import parse_json
 from rltap.protocols import SPECS, ApiSpec
-from rltap.proxy.conversations import with_conversation
 from rltap.proxy.metrics import ProxyMetrics
 from rltap.proxy.middleware import STARTED
 from rltap.proxy.requests import request_agent
@@ -62,7 +61,7 @@ async def generate(
     """Answer one generation request of `spec`'s API in the session of `record`."""
     state = proxy_state(request)
     started: float = request.scope.get(STARTED, time.perf_counter())
-    canonical, after = with_conversation(spec, body, record)
+    canonical, after = spec.canonical_in(body, record.session)
     canonical.agent = request_agent(request)
     loop = asyncio.get_running_loop()
     record.call_started()

@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING
 
 from rltap.chat.renderer import ChatRenderer
 from rltap.engines.base import InferenceEngine
-from rltap.protocols.openai_responses.conversations import ConversationStore
 from rltap.proxy.metrics import ProxyMetrics
 from rltap.record.errors import (
     AuthenticationError,
@@ -98,8 +97,6 @@ class SessionRecord:
     last_active: float = 0.0
     ended_at: float | None = None
     in_flight: int = 0
-    # The session's Conversations API state (Responses `conversation`), scoped to it.
-    conversations: ConversationStore = field(default_factory=ConversationStore)
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     idle: asyncio.Event = field(default_factory=asyncio.Event)
 

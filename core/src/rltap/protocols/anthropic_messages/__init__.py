@@ -8,11 +8,12 @@ Usage:
 
 See `request` for how content blocks become canonical messages, `response` for the choices made
 where the API leaves room (signatures, tool_use ids, stop reasons, error types) and `stream` for
-the event sequence.
+the event sequence; `count_tokens` the spec's one other route.
 """
 
 from __future__ import annotations
 
+from rltap.protocols.anthropic_messages.count_tokens import COUNT_TOKENS
 from rltap.protocols.anthropic_messages.request import MessageCreateParams, to_canonical
 from rltap.protocols.anthropic_messages.response import ID_PREFIX, build_response, error_body
 from rltap.protocols.anthropic_messages.stream import StreamEncoder
@@ -39,6 +40,7 @@ SPEC = ApiSpec(
     error_body=error_body,
     id_prefix=ID_PREFIX,
     reply_field="anthropic_message",
+    operations=(COUNT_TOKENS,),
 )
 
 

@@ -9,13 +9,17 @@ Usage:
 
 Errors use OpenAI's envelope, the same as Chat Completions'. See `request`, `response` and
 `stream` for the decisions the API leaves open. What OpenAI keeps on its server, conversations
-and their items (`conversations`) and compaction (`compaction`), is served by the proxy per
-session (`rltap.proxy.conversations`, with `GET /v1/responses/{id}`).
+and their items (`conversations`), compaction (`compaction`) and stored responses, are the
+spec's operations on the caller's session (`operations`, `in_conversation`), which the proxy and
+`DirectOpenAI` both serve.
 """
 
 from __future__ import annotations
 
 from rltap.protocols.openai_chat.response import error_body
+from rltap.protocols.openai_responses.conversations import ConversationStore
+from rltap.protocols.openai_responses.in_conversation import with_conversation
+from rltap.protocols.openai_responses.operations import API, OPERATIONS
 from rltap.protocols.openai_responses.request import ResponsesRequest, to_canonical
 from rltap.protocols.openai_responses.response import ID_PREFIX, build_response
 from rltap.protocols.openai_responses.stream import StreamEncoder
@@ -32,7 +36,7 @@ __all__ = [
 ]
 
 SPEC = ApiSpec(
-    name="responses",
+    name=API,
     title="OpenAI Responses",
     paths=("/v1/responses", "/responses"),
     request_model=ResponsesRequest,
@@ -42,6 +46,9 @@ SPEC = ApiSpec(
     error_body=error_body,
     id_prefix=ID_PREFIX,
     reply_field="response",
+    operations=OPERATIONS,
+    session_state=ConversationStore,
+    in_session=with_conversation,
 )
 
 

@@ -32,8 +32,8 @@ thinking (`rltap.protocols._thinking`); `reasoning` and `text` are echoed in the
 and `reasoning.summary` asks for a reasoning summary (see `response`). `store`, `include`
 (except output-text logprobs), `truncation`, `user` and the like are accepted and ignored.
 `text.format` (json_object, json_schema) constrains the reply (`rltap.chat.constraints`).
-`conversation` is resolved by the proxy, which keeps conversations
-(`rltap.protocols.openai_responses.conversations`); reaching here, it is refused.
+`conversation` is resolved in the caller's session, which keeps conversations
+(`rltap.protocols.openai_responses.in_conversation`); reaching here, it is refused.
 """
 
 from __future__ import annotations
@@ -222,8 +222,8 @@ def _response_format(text: ResponsesText | None) -> dict[str, Any] | None:
 def _reject_server_state(wire: ResponsesRequest) -> None:
     # These ask for server-side state rltap does not keep; ignoring them would silently
     # generate from the wrong conversation or never return.
-    if wire.conversation is not None:  # the proxy resolves it before this (its store)
-        msg = "'conversation' is served by the proxy only; send the history in 'input'."
+    if wire.conversation is not None:  # a session resolves it before this (its store)
+        msg = "'conversation' needs a session's conversations; send the history in 'input'."
         raise InvalidRequest(msg, param="conversation")
     if wire.background:
         msg = "'background' responses are not supported."
