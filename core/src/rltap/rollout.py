@@ -29,7 +29,7 @@ import contextlib
 import statistics
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -258,11 +258,10 @@ _RolloutRun = Callable[[RolloutConfig, Console], Coroutine[Any, Any, RolloutSumm
 def rollout_command(config: RolloutConfig, run: _RolloutRun | None = None) -> int:
     """`rltap rollout`: prints the summary table; exit 1 if every episode failed. `run` makes
     the summary instead of this process's proxy (`rltap.distributed.ray_rollout`: --ray)."""
-    import dataclasses
     import os
 
     if config.admin_key is None:
-        config = dataclasses.replace(config, admin_key=os.environ.get("RLTAP_ADMIN_KEY"))
+        config = replace(config, admin_key=os.environ.get("RLTAP_ADMIN_KEY"))
     console = Console(stderr=True)
     summary = asyncio.run((run or _rollout_here)(config, console))
     Console().print(summary_table({Path(config.agent).name: summary}))

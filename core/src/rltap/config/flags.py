@@ -180,8 +180,7 @@ def _argparse_kwargs(
     elif isinstance(kind, type) and issubclass(kind, enum.Enum):
         kwargs["choices"] = [member.value for member in kind]
         kwargs["type"] = type(kwargs["choices"][0])
-        enum_type = kind
-        convert = lambda value: None if value is None else enum_type(value)  # noqa: E731
+        convert = _to_enum(kind)
     elif meta.get("parse") is not None:
         kwargs["type"] = meta["parse"]
     elif kind in (int, float, Path):
@@ -191,6 +190,13 @@ def _argparse_kwargs(
 
 def _same(value: Any) -> Any:
     return value
+
+
+def _to_enum(kind: type[enum.Enum]) -> Callable[[Any], Any]:
+    def convert(value: Any) -> Any:
+        return None if value is None else kind(value)
+
+    return convert
 
 
 def _strip_optional(hint: Any) -> Any:
