@@ -99,7 +99,7 @@ class RolloutConfig(AgentTask):
     style: ExportStyle = option(
         "individual",
         "export style; tree: batch.safetensors holds one token trie per row "
-        "(rltap.train.pack_io), the lines stay one per interaction",
+        "(rltap.record.pack_io), the lines stay one per interaction",
     )
     agents: list[str] | None = option(
         None,

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
 from rltap.config.flags import option, section
-from rltap.tensor_codec import TensorEnvelope
+from rltap.record.tensor_codec import TensorEnvelope
 
 __all__ = [
     "ENGINE_KINDS",
