@@ -34,6 +34,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rltap.cli import build_parser
+from rltap.config import RolloutConfig, from_namespace
 from rltap.distributed import ray_actors
 from rltap.rollout import run_rollout
 from rltap.testing.models import cached_qwen_tokenizer_dir
@@ -63,9 +64,9 @@ async def measure(urls: list[str], args: argparse.Namespace, folder: Path) -> Me
         "--model-name", "bench", "--group-size", str(args.group_size),
         "--concurrency", str(args.concurrency), "--ray",
     ]  # fmt: skip
-    flags = build_parser().parse_args(command)
+    config = from_namespace(RolloutConfig, build_parser().parse_args(command))
     quiet = Console(quiet=True)
-    async with ray_actors(flags, "individual") as pool:
+    async with ray_actors(config) as pool:
         warm = [{"question": f"warm {i}"} for i in range(WARM_ROWS)]
         await run_rollout(pool, warm, folder / f"warm-{len(urls)}", group_size=args.group_size,
                           concurrency=args.concurrency, console=quiet)  # fmt: skip

@@ -24,7 +24,6 @@ PROXY_USERS = {
     "rltap.demo",
     "rltap.rollout",
     "rltap.serving",
-    "rltap.train.config",
     "rltap.train.loop",
     "rltap.workflow",
     "rltap.testing.adapter_suite",
@@ -114,6 +113,23 @@ def test_only_the_entry_points_above_the_proxy_import_it_and_through_its_package
     users = {name: imports for name, imports in users.items() if imports}
     assert set(users) <= PROXY_USERS
     assert all(imports == ["rltap.proxy"] for imports in users.values()), users
+
+
+def test_the_config_package_imports_only_data_modules() -> None:
+    """Anything may import the settings (`rltap.config`): they import nothing above the data."""
+    data = {
+        "rltap.record.errors",
+        "rltap.export",
+        "rltap.record.tensor_codec",
+        "rltap.record.types",
+    }
+    imports = {
+        name: sorted(i for i in found if not i.startswith("rltap.config") and i not in data)
+        for name, found in import_graph().items()
+        if name == "rltap.config" or name.startswith("rltap.config.")
+    }
+    assert imports
+    assert not any(imports.values()), imports
 
 
 @pytest.mark.parametrize(

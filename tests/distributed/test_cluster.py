@@ -4,42 +4,40 @@ server's node needs the cluster: tests/distributed/test_ray.py.)"""
 
 from __future__ import annotations
 
-import argparse
+import pickle
 from pathlib import Path
 
 import pytest
 
 from rltap.cli import build_parser
-from rltap.distributed.cluster import actor_args
+from rltap.config import RolloutConfig, TrainConfig, from_namespace, parse
+from rltap.distributed.cluster import actor_configs
 
 
-def _rollout_args(*options: str) -> list[str]:
-    return ["rollout", "agent.py:Agent", "--data", "d", "--out", "o", "--ray", *options]
+def _rollout(*options: str) -> RolloutConfig:
+    argv = ["rollout", "agent.py:Agent", "--data", "d", "--out", "o", "--ray", *options]
+    return from_namespace(RolloutConfig, build_parser().parse_args(argv))
 
 
 def test_one_actor_per_server_each_with_its_url_and_its_own_store() -> None:
     url = "http://a:8000, http://b:8000"
     store = ["--store", "/runs/capture.sqlite"]
-    args = build_parser().parse_args(_rollout_args("--engine", "vllm", "--url", url, *store))
-    specs = actor_args(args)
-    assert [spec.url for spec in specs] == ["http://a:8000", "http://b:8000"]
-    stores = [spec.store for spec in specs]
+    specs = actor_configs(_rollout("--engine", "vllm", "--url", url, *store))
+    assert [spec.serve.engine.url for spec in specs] == ["http://a:8000", "http://b:8000"]
+    stores = [spec.serve.store.store for spec in specs]
     assert stores == ["/runs/capture-actor0.sqlite", "/runs/capture-actor1.sqlite"]
-    assert all(not hasattr(spec, "handler") for spec in specs)  # nothing that does not pickle
+    assert [pickle.loads(pickle.dumps(spec)) for spec in specs] == specs  # what Ray sends
 
 
 def test_embedded_replicas_and_the_flags_errors() -> None:
-    parse = build_parser().parse_args
-    assert len(actor_args(parse(_rollout_args("--replicas", "3")))) == 3
+    assert len(actor_configs(_rollout("--replicas", "3"))) == 3
     with pytest.raises(SystemExit, match="--replicas must be at least 1"):
-        actor_args(parse(_rollout_args("--replicas", "0")))
+        actor_configs(_rollout("--replicas", "0"))
     with pytest.raises(SystemExit, match="needs --url URL1,URL2"):
-        actor_args(parse(_rollout_args("--engine", "vllm")))
-    mismatch = _rollout_args(
-        "--engine", "sglang", "--url", "http://a:1,http://b:1", "--replicas", "3"
-    )
+        actor_configs(_rollout("--engine", "vllm"))
+    mismatch = _rollout("--engine", "sglang", "--url", "http://a:1,http://b:1", "--replicas", "3")
     with pytest.raises(SystemExit, match="--replicas 3 but 2 servers in --url"):
-        actor_args(parse(mismatch))
+        actor_configs(mismatch)
 
 
 @pytest.mark.parametrize(
@@ -53,10 +51,8 @@ def test_embedded_replicas_and_the_flags_errors() -> None:
 def test_a_train_config_file_names_the_cluster(
     tmp_path: Path, value: str, address: str | None
 ) -> None:
-    from rltap.train.config import add_train_arguments, parse_with_config
-
     config = tmp_path / "run.yaml"
     config.write_text(f"agent: a.py:A\ndata: d\nmodel: m\nout: o\nray: {value}\n")
-    parser = argparse.ArgumentParser()
-    add_train_arguments(parser)
-    assert parse_with_config(parser, ["--config", str(config)]).ray == address
+    args = build_parser().parse_args(["train"])
+    parsed = parse(TrainConfig, args.train_parser, ["--config", str(config)])
+    assert parsed.ray.ray == address

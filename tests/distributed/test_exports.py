@@ -16,7 +16,6 @@ EXPECTED_ALL = [
     "NoLiveActors",
     "RayWeightSync",
     "RolloutActor",
-    "add_ray_arguments",
     "ray_actors",
     "ray_rollout",
     "ray_training",

@@ -94,6 +94,7 @@ def test_plan_copies_each_examples_rows_and_names_what_is_missing(tmp_path: Path
     from rich.console import Console
 
     from rltap.cli import build_parser
+    from rltap.config import DemoConfig, from_namespace
     from rltap.demo import demo_table, plan_runs
 
     python = sys.executable
@@ -101,7 +102,8 @@ def test_plan_copies_each_examples_rows_and_names_what_is_missing(tmp_path: Path
         ["demo", "--python", f"openai_agents={python}", "--python", f"langchain={python}",
          "--python", "camel=/no/such/python", "--out", str(tmp_path)]
     )  # fmt: skip
-    runs = {run.framework: run for run in plan_runs(args, REPO_ROOT, tmp_path / "demo-x")}
+    config = from_namespace(DemoConfig, args)
+    runs = {run.framework: run for run in plan_runs(config, REPO_ROOT, tmp_path / "demo-x")}
 
     assert list(runs) == [example.framework for example in EXAMPLES]
     assert "/no/such/python" in runs["camel"].problem
@@ -122,19 +124,20 @@ def test_plan_copies_each_examples_rows_and_names_what_is_missing(tmp_path: Path
 
 
 def test_train_steps_are_the_toy_task_on_the_tiny_model(tmp_path: Path) -> None:
-    from rltap.demo import train_args
+    from rltap.demo import train_config
     from rltap.testing.models import cached_tiny_model_dir
 
-    args = train_args(REPO_ROOT, tmp_path / "train", TRAIN_STEPS)
+    config = train_config(REPO_ROOT, tmp_path / "train", TRAIN_STEPS)
 
-    agent, _, name = args.agent.rpartition(":")
+    agent, _, name = config.agent.rpartition(":")
     assert (Path(agent), name) == (REPO_ROOT / "examples" / "train_toy" / "agent.py", "Agent")
     assert Path(agent).is_file()
-    assert Path(args.data).read_text().strip()
-    assert args.model == str(cached_tiny_model_dir())
-    assert (args.out, args.steps, args.save_every) == (
+    assert Path(config.data).read_text().strip()
+    assert config.model == str(cached_tiny_model_dir())
+    assert (config.out, config.loop.steps, config.loop.save_every) == (
         str(tmp_path / "train"),
         TRAIN_STEPS,
         TRAIN_STEPS,
     )
-    assert (args.rows_per_step, args.group_size, args.engine) == (2, 6, "transformers")
+    loop, engine = config.loop, config.serve.engine
+    assert (loop.rows_per_step, loop.episodes.group_size, engine.engine) == (2, 6, "transformers")

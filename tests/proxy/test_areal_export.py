@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from rltap.proxy import add_serve_arguments
+from rltap.config import ServeConfig, add_arguments, from_namespace
 from rltap.proxy.client import OpenAIProxyClient
 from rltap.proxy.control import ExportRequest, export_body
 from rltap.proxy.server import serve_config
@@ -161,13 +161,12 @@ async def test_end_session_counts_every_recorded_call(proxy: RunningProxy) -> No
 
 async def test_serve_export_format_areal_is_the_default_body(tiny_model_dir: Path) -> None:
     parser = argparse.ArgumentParser()
-    add_serve_arguments(parser)
+    add_arguments(parser, ServeConfig)
     flags = [
         "--engine", "scripted", "--script", "rltap.testing.scripts:echo",
         "--model", str(tiny_model_dir), "--export-format", "areal",
     ]  # fmt: skip
-    args = parser.parse_args(flags)
-    setup = serve_config(args, TEST_ADMIN_KEY)
+    setup = serve_config(from_namespace(ServeConfig, parser.parse_args(flags)), TEST_ADMIN_KEY)
     assert setup.config.export_format == "areal"
     try:
         async with start_test_proxy(setup.engine, setup.renderer, setup.config) as proxy:

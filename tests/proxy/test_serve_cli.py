@@ -94,11 +94,13 @@ def test_serve_flags_reach_the_session_config(
     tiny_model_dir: Path, flags: list[str], strict: bool, drop: bool
 ) -> None:
     from rltap.cli import build_parser
+    from rltap.config import ServerConfig, from_namespace
     from rltap.proxy import serve_config
 
     args = build_parser().parse_args(
         ["serve", "--engine", "scripted", "--script", "rltap.testing.scripts:echo",
          "--model", str(tiny_model_dir), *flags]
     )  # fmt: skip
-    session = serve_config(args, "k" * 32).config.session
+    config = from_namespace(ServerConfig, args).serve
+    session = serve_config(config, "k" * 32).config.session
     assert (session.strict_max_tokens, session.drop_unsupported_content) == (strict, drop)

@@ -3,7 +3,6 @@ store."""
 
 from __future__ import annotations
 
-import argparse
 import sqlite3
 import time
 from pathlib import Path
@@ -80,15 +79,16 @@ def test_retention_forms(text: str, expected: Retention) -> None:
 @pytest.mark.parametrize("text", ["", "soon", "-3", "0d", "1w"])
 def test_a_bad_retention_is_refused_by_rltap_serve(tiny_model_dir: Path, text: str) -> None:
     from rltap.cli import build_parser
+    from rltap.config import ServerConfig, from_namespace
     from rltap.proxy import serve_config
 
     argv = [
         "serve", "--engine", "scripted", "--script", "rltap.testing.scripts:echo",
         "--model", str(tiny_model_dir), "--store", "x.sqlite", "--store-retention", text,
     ]  # fmt: skip
-    args: argparse.Namespace = build_parser().parse_args(argv)
+    config = from_namespace(ServerConfig, build_parser().parse_args(argv)).serve
     with pytest.raises(SystemExit, match="--store-retention takes an age"):
-        serve_config(args, "k" * 32)
+        serve_config(config, "k" * 32)
 
 
 def test_a_second_writer_on_a_store_is_refused_until_the_first_closes(tmp_path: Path) -> None:

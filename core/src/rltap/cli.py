@@ -13,9 +13,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, get_args
-
-from rltap.export import ExportStyle
+from typing import Any
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
@@ -70,7 +68,7 @@ def _models_tiny(args: argparse.Namespace) -> int:
 
 
 def _add_serve_command(subparsers: _Subparsers) -> None:
-    from rltap.proxy import add_serve_arguments
+    from rltap.config import ServerConfig, add_arguments
 
     serve = subparsers.add_parser(
         "serve",
@@ -79,22 +77,19 @@ def _add_serve_command(subparsers: _Subparsers) -> None:
         "token level. The admin key comes from --admin-key, else RLTAP_ADMIN_KEY, else it is "
         "generated and printed; a known or short key is refused beyond loopback.",
     )
-    serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
-    serve.add_argument("--admin-key", default=None, help="admin key (default: RLTAP_ADMIN_KEY)")
-    add_serve_arguments(serve)
+    add_arguments(serve, ServerConfig)
     serve.set_defaults(handler=_serve)
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from rltap.config import ServerConfig, from_namespace
     from rltap.proxy import run_serve
 
-    return run_serve(args)
+    return run_serve(from_namespace(ServerConfig, args))
 
 
 def _add_rollout_command(subparsers: _Subparsers) -> None:
-    from rltap.distributed.options import add_ray_arguments
-    from rltap.proxy import add_serve_arguments
+    from rltap.config import RolloutConfig, add_arguments
 
     rollout = subparsers.add_parser(
         "rollout",
@@ -104,60 +99,24 @@ def _add_rollout_command(subparsers: _Subparsers) -> None:
         "unless --proxy is given. Writes trajectories.jsonl, batch.safetensors and summary.json "
         "to --out; running again with the same --out resumes.",
     )
-    rollout.add_argument("agent", help="pkg.module:Name or path/to/agent.py:Name")
-    rollout.add_argument("--data", required=True, help="JSONL dataset, one row per line")
-    rollout.add_argument("--out", required=True, help="output folder")
-    rollout.add_argument("--proxy", default=None, help="use a running proxy at this URL")
-    rollout.add_argument("--admin-key", default=None, help="its admin key (or RLTAP_ADMIN_KEY)")
-    rollout.add_argument("--group-size", type=int, default=1, help="episodes per row")
-    rollout.add_argument("--concurrency", type=int, default=8, help="rows at once")
-    rollout.add_argument("--mode", choices=["inline", "subproc"], default="inline")
-    rollout.add_argument("--discount", type=float, default=1.0, help="turn discount")
-    rollout.add_argument(
-        "--style", choices=get_args(ExportStyle), default="individual",
-        help="export style; tree: batch.safetensors holds one token trie per row "
-        "(rltap.record.pack_io), the lines stay one per interaction",
-    )  # fmt: skip
-    rollout.add_argument(
-        "--agents", nargs="+", default=None, metavar="AGENT",
-        help="export only these agents' interactions (rewards are discounted over all first)",
-    )  # fmt: skip
-    rollout.add_argument(
-        "--link-factor", dest="link_factors", action="append", type=_link_factor,
-        default=None, metavar="KIND=F",
-        help="share of a child's reward its parent gets, by link kind (prefix, rewrite, "
-        "handoff, subagent; 1.0 each unless given); repeat for several",
-    )  # fmt: skip
-    rollout.add_argument("--episode-timeout", type=float, default=None, help="seconds")
-    add_serve_arguments(rollout)
-    add_ray_arguments(rollout)
+    add_arguments(rollout, RolloutConfig)
     rollout.set_defaults(handler=_rollout)
 
 
-def _link_factor(text: str) -> tuple[str, float]:
-    """`KIND=F` of --link-factor; checked again, with the others, by `check_link_factors`."""
-    kind, sep, value = text.partition("=")
-    try:
-        if sep:
-            return kind.strip(), float(value)
-    except ValueError:
-        pass
-    msg = f"expected KIND=F (e.g. handoff=0.5), got {text!r}"
-    raise argparse.ArgumentTypeError(msg)
-
-
 def _rollout(args: argparse.Namespace) -> int:
+    from rltap.config import RolloutConfig, from_namespace
     from rltap.rollout import rollout_command
 
-    if args.ray is not None:
+    config = from_namespace(RolloutConfig, args)
+    if config.ray.ray is not None:
         from rltap.distributed.runs import ray_rollout
 
-        return rollout_command(args, ray_rollout)
-    return rollout_command(args)
+        return rollout_command(config, ray_rollout)
+    return rollout_command(config)
 
 
 def _add_train_command(subparsers: _Subparsers) -> None:
-    from rltap.train.config import add_train_arguments
+    from rltap.config import TrainConfig, add_arguments
 
     train = subparsers.add_parser(
         "train",
@@ -168,19 +127,21 @@ def _add_train_command(subparsers: _Subparsers) -> None:
         "step-N/ checkpoints to --out; running again on the same --out resumes. Every flag "
         "can also be a key in a YAML or TOML --config file.",
     )
-    add_train_arguments(train)
+    add_arguments(train, TrainConfig, config_file=True)
     train.set_defaults(handler=_train, train_parser=train)
 
 
 def _train(args: argparse.Namespace) -> int:
-    from rltap.train.config import parse_with_config
+    from rltap.config import TrainConfig, parse
     from rltap.train.loop import train_command
 
-    return train_command(parse_with_config(args.train_parser, args.argv[1:]))
+    # Parsed again: the --config file's keys are the defaults of the flags not given.
+    config = parse(TrainConfig, args.train_parser, args.argv[1:], required=TrainConfig.REQUIRED_TOO)
+    return train_command(config)
 
 
 def _add_demo_command(subparsers: _Subparsers) -> None:
-    from rltap.proxy import add_serve_arguments
+    from rltap.config import DemoConfig, add_arguments
 
     demo = subparsers.add_parser(
         "demo",
@@ -190,30 +151,15 @@ def _add_demo_command(subparsers: _Subparsers) -> None:
         "framework's example (examples/<name>/agent.py:Agent) with `rltap rollout` in that "
         "framework's own venv, and print one table. Files go to OUT/demo-<timestamp>/<framework>/.",
     )
-    demo.add_argument(
-        "--frameworks", nargs="+", default=None, metavar="NAME",
-        help="a subset of openai_agents camel langchain (default: all three)",
-    )  # fmt: skip
-    demo.add_argument("--tiny", action="store_true", help="the tiny random test model (smoke run)")
-    demo.add_argument(
-        "--rows", type=int, default=None,
-        help="rows of each dataset (default: 3, and 1 for camel's longer role play)",
-    )  # fmt: skip
-    demo.add_argument("--group-size", type=int, default=2, help="episodes per row (default 2)")
-    demo.add_argument("--out", default="runs", help="output folder (default runs)")
-    demo.add_argument(
-        "--python", action="append", metavar="FRAMEWORK=PATH",
-        help="the interpreter of a framework's venv (default .nox/integration-framework-<name>)",
-    )  # fmt: skip
-    demo.add_argument("--episode-timeout", type=float, default=600.0, help="seconds (default 600)")
-    add_serve_arguments(demo)
-    demo.set_defaults(handler=_demo, default_max_tokens=128)
+    add_arguments(demo, DemoConfig)
+    demo.set_defaults(handler=_demo)
 
 
 def _demo(args: argparse.Namespace) -> int:
+    from rltap.config import DemoConfig, from_namespace
     from rltap.demo import demo_command
 
-    return demo_command(args)
+    return demo_command(from_namespace(DemoConfig, args))
 
 
 def _add_store_commands(subparsers: _Subparsers) -> None:
@@ -254,7 +200,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = argv  # `rltap train` parses its own again, its --config file's keys as defaults
     handler: Callable[[argparse.Namespace], int] = args.handler
-    return handler(args)
+    from rltap.config import ConfigError
+
+    try:
+        return handler(args)
+    except ConfigError as exc:  # a refused value, named by its flag
+        raise SystemExit(f"rltap {args.command}: {exc}") from None
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ import orjson
 from rltap.cache import InteractionCache
 from rltap.chat.renderer import ChatRenderer
 from rltap.chat.streaming import build_output_parser
+from rltap.config.serve import FALLBACK_MAX_CONTEXT, ChatConfig
 from rltap.engines.base import InferenceEngine
 from rltap.exchange import JsonReply, reply
 from rltap.export import ExportStyle
@@ -143,13 +144,13 @@ class DirectOpenAI(openai.AsyncOpenAI):
         engine: InferenceEngine,
         tokenizer: Any,
         *,
-        tool_call_parser: str | None = "hermes",
-        reasoning_parser: str | None = None,
-        chat_template_type: str = "concat",
-        max_context: int = 32768,
-        default_max_tokens: int = 4096,
-        strict_max_tokens: bool = False,
-        drop_unsupported_content: bool = False,
+        tool_call_parser: str | None = ChatConfig.tool_parser,
+        reasoning_parser: str | None = ChatConfig.reasoning_parser,
+        chat_template_type: str = ChatConfig.chat_template_mode,
+        max_context: int = FALLBACK_MAX_CONTEXT,
+        default_max_tokens: int = ChatConfig.default_max_tokens,
+        strict_max_tokens: bool = ChatConfig.strict_max_tokens,
+        drop_unsupported_content: bool = ChatConfig.drop_unsupported_content,
         cache: InteractionCache | None = None,
         **openai_kwargs: Any,
     ) -> None:

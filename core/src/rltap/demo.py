@@ -39,6 +39,7 @@ from rltap.protocols import SPECS
 from rltap.rollout import LEDGER, SUMMARY, RolloutSummary
 
 if TYPE_CHECKING:
+    from rltap.config import DemoConfig, TrainConfig
     from rltap.proxy import ServeSetup
 
 __all__ = [
@@ -48,7 +49,7 @@ __all__ = [
     "demo_command",
     "demo_table",
     "run_train_steps",
-    "train_args",
+    "train_config",
 ]
 
 _LOG_EVERY = 30.0  # seconds between progress lines when stderr is not a terminal
@@ -130,11 +131,11 @@ def _selected(frameworks: list[str] | None) -> list[Example]:
     return [example for example in EXAMPLES if example.framework in names]
 
 
-def plan_runs(args: argparse.Namespace, root: Path, run_dir: Path) -> list[DemoRun]:
+def plan_runs(config: DemoConfig, root: Path, run_dir: Path) -> list[DemoRun]:
     """One `rltap rollout` command line per framework, with the rows it runs copied."""
-    pythons = _pythons(root, args.python or [])
+    pythons = _pythons(root, config.python or [])
     runs = []
-    for example in _selected(args.frameworks):
+    for example in _selected(config.frameworks):
         folder = root / example.folder
         run = DemoRun(example.framework, run_dir / example.framework)
         python = pythons[example.framework]
@@ -149,15 +150,15 @@ def plan_runs(args: argparse.Namespace, root: Path, run_dir: Path) -> list[DemoR
             continue
         run.out_dir.mkdir(parents=True, exist_ok=True)
         lines = [ln for ln in (folder / "data.jsonl").read_text().splitlines() if ln.strip()]
-        run.rows = min(len(lines), args.rows or example.rows)
+        run.rows = min(len(lines), config.rows or example.rows)
         data = run.out_dir / "data.jsonl"
         data.write_text("".join(line + "\n" for line in lines[: run.rows]), encoding="utf-8")
         run.command = [
             str(python), "-m", "rltap.cli", "rollout", f"{folder / 'agent.py'}:Agent",
-            "--data", str(data), "--out", str(run.out_dir), "--group-size", str(args.group_size),
+            "--data", str(data), "--out", str(run.out_dir), "--group-size", str(config.group_size),
         ]  # fmt: skip
-        if args.episode_timeout:
-            run.command += ["--episode-timeout", str(args.episode_timeout)]
+        if config.episode_timeout:
+            run.command += ["--episode-timeout", str(config.episode_timeout)]
         runs.append(run)
     return runs
 
@@ -314,32 +315,34 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
-def train_args(root: Path, out: Path, steps: int) -> argparse.Namespace:
-    """`rltap train`'s parsed flags for the demo's steps: the toy task on the tiny model."""
+def train_config(root: Path, out: Path, steps: int) -> TrainConfig:
+    """`rltap train`'s settings for the demo's steps: the toy task on the tiny model."""
+    from rltap.config import TrainConfig, add_arguments, parse
     from rltap.testing.models import cached_tiny_model_dir
-    from rltap.train.config import add_train_arguments, parse_with_config
 
     parser = argparse.ArgumentParser(prog="rltap train")
-    add_train_arguments(parser)
+    add_arguments(parser, TrainConfig, config_file=True)
     folder = root / TRAIN_EXAMPLE
     argv = [
         f"{folder / 'agent.py'}:Agent", "--data", str(folder / "data.jsonl"),
         "--model", str(cached_tiny_model_dir()), "--out", str(out), "--steps", str(steps),
         "--save-every", str(steps), *TRAIN_FLAGS,
     ]  # fmt: skip
-    return parse_with_config(parser, argv)
+    return parse(TrainConfig, parser, argv, required=TrainConfig.REQUIRED_TOO)
 
 
-def run_train_steps(train: argparse.Namespace, console: Console, out: Console) -> None:
-    """The demo's training steps (`train_args`), then their table and the run's folder."""
+def run_train_steps(train: TrainConfig, console: Console, out: Console) -> None:
+    """The demo's training steps (`train_config`), then their table and the run's folder."""
     from rltap.train.loop import print_run, run_training
 
-    console.print(f"rltap train: {train.steps} steps of the toy task ({TRAIN_EXAMPLE}), tiny model")
+    console.print(
+        f"rltap train: {train.loop.steps} steps of the toy task ({TRAIN_EXAMPLE}), tiny model"
+    )
     summary = asyncio.run(run_training(train, console))
     print_run(out, Path(summary.run_dir), label="train run files", shown=_shown)
 
 
-def demo_command(args: argparse.Namespace) -> int:
+def demo_command(config: DemoConfig) -> int:
     """`rltap demo`: the frameworks' table, then the training steps' table; exit 1 unless every
     framework's run finished (a failed training step raises)."""
     from transformers.utils import logging as transformers_logging
@@ -350,20 +353,23 @@ def demo_command(args: argparse.Namespace) -> int:
     started = time.monotonic()
     console = Console(stderr=True, soft_wrap=True)  # log lines stay whole when not a terminal
     root = repo_root()
-    if (args.rows is not None and args.rows < 1) or args.group_size < 1:
+    if (config.rows is not None and config.rows < 1) or config.group_size < 1:
         raise SystemExit("--rows and --group-size must be at least 1")
-    if args.tiny and args.model:
+    engine = config.serve.engine
+    if config.tiny and engine.model:
         raise SystemExit("--tiny and --model exclude each other")
-    run_dir = Path(args.out) / time.strftime("demo-%Y%m%d-%H%M%S")
-    runs = plan_runs(args, root, run_dir)
+    run_dir = Path(config.out) / time.strftime("demo-%Y%m%d-%H%M%S")
+    runs = plan_runs(config, root, run_dir)
     # Parsed (and checked) before the minutes of rollouts, not after.
-    train = train_args(root, run_dir / "train", TRAIN_STEPS_TINY if args.tiny else TRAIN_STEPS)
-    args.model, model_note = demo_model(args.model, tiny=args.tiny, say=console.print)
-    console.print(f"model: {args.model}\n       {model_note}")
+    steps = TRAIN_STEPS_TINY if config.tiny else TRAIN_STEPS
+    train = train_config(root, run_dir / "train", steps)
+    model, model_note = demo_model(engine.model, tiny=config.tiny, say=console.print)
+    serve = dataclasses.replace(config.serve, engine=dataclasses.replace(engine, model=model))
+    console.print(f"model: {model}\n       {model_note}")
     admin_key = secrets.token_urlsafe(24)
     transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     if any(not run.problem for run in runs):
-        setup = serve_config(args, admin_key)
+        setup = serve_config(serve, admin_key)
         asyncio.run(run_all(runs, setup, admin_key, root, console))
     out = Console() if sys.stdout.isatty() else Console(width=200)
     out.print(demo_table(runs))

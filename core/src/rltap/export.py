@@ -28,10 +28,10 @@ In-flight, failed and aborted interactions are never training data.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from rltap.record.errors import ExportMismatch, InvalidRequest
-from rltap.record.exported import TOKEN_COLUMNS
+from rltap.record.exported import TOKEN_COLUMNS, ExportStyle
 from rltap.record.pack import TreePack, pack_interactions
 from rltap.record.types import InteractionWithTokenLogpReward, TokenSequence
 
@@ -48,7 +48,6 @@ __all__ = [
     "padded_batch",
 ]
 
-ExportStyle = Literal["individual", "concat", "tree"]
 
 # Padding value of each tensor key; keys not listed pad with 0.
 _PAD_VALUES: dict[str, int | float | bool] = {"versions": -1, "attention_mask": False}

@@ -30,7 +30,7 @@ import contextlib
 import statistics
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -39,6 +39,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from rltap.config import RolloutConfig
 from rltap.export import ExportStyle
 from rltap.progress import progress_display
 from rltap.rollout_io import (
@@ -216,56 +217,55 @@ def summary_table(summaries: dict[str, RolloutSummary]) -> Table:
     return table
 
 
-async def _rollout_from_args(args: Any, console: Console) -> RolloutSummary:
+async def _rollout_here(config: RolloutConfig, console: Console) -> RolloutSummary:
     from rltap.serving import agent_workflow, local_workflow
     from rltap.store.schema import STORE_FILE
 
-    rows = load_rows(Path(args.data))
-    if args.proxy:
-        if not args.admin_key:
+    rows = load_rows(Path(config.data))
+    if config.proxy:
+        if not config.admin_key:
             raise SystemExit("--proxy needs --admin-key (or RLTAP_ADMIN_KEY)")
-        remote = agent_workflow(args, args.proxy, args.admin_key, style=args.style)
+        remote = agent_workflow(config, config.proxy, config.admin_key)
         async with contextlib.aclosing(remote):
-            return await rollout_rows(args, remote, rows, 0, console)
-    if getattr(args, "store", None) is None:  # the run folder keeps the proxy's capture store
-        args.store = str(Path(args.out) / STORE_FILE)
-    async with local_workflow(args, style=args.style) as (serving, workflow):
-        return await rollout_rows(args, workflow, rows, serving.pad_token_id, console)
+            return await rollout_rows(config, remote, rows, 0, console)
+    if config.serve.store.store is None:  # the run folder keeps the proxy's capture store
+        config = config.with_serve(config.serve.with_store(str(Path(config.out) / STORE_FILE)))
+    async with local_workflow(config) as (serving, workflow):
+        return await rollout_rows(config, workflow, rows, serving.pad_token_id, console)
 
 
 async def rollout_rows(
-    args: Any,
+    config: RolloutConfig,
     runner: OpenAIProxyWorkflow | EpisodeRunner,
     rows: list[Any],
     pad_token_id: int,
     console: Console,
 ) -> RolloutSummary:
-    """`run_rollout` with `rltap rollout`'s flags (--out, --group-size, --concurrency)."""
+    """`run_rollout` with `rltap rollout`'s settings (--out, --group-size, --concurrency)."""
     return await run_rollout(
         runner,
         rows,
-        Path(args.out),
-        group_size=args.group_size,
-        concurrency=args.concurrency,
+        Path(config.out),
+        group_size=config.episodes.group_size,
+        concurrency=config.episodes.concurrency,
         pad_token_id=pad_token_id,
         console=console,
     )
 
 
-def rollout_command(
-    args: Any, run: Callable[[Any, Console], Coroutine[Any, Any, RolloutSummary]] | None = None
-) -> int:
+_RolloutRun = Callable[[RolloutConfig, Console], Coroutine[Any, Any, RolloutSummary]]
+
+
+def rollout_command(config: RolloutConfig, run: _RolloutRun | None = None) -> int:
     """`rltap rollout`: prints the summary table; exit 1 if every episode failed. `run` makes
     the summary instead of this process's proxy (`rltap.distributed.ray_rollout`: --ray)."""
     import os
 
-    if args.admin_key is None:
-        args.admin_key = os.environ.get("RLTAP_ADMIN_KEY")
-    if args.group_size < 1 or args.concurrency < 1:
-        raise SystemExit("--group-size and --concurrency must be at least 1")
+    if config.admin_key is None:
+        config = replace(config, admin_key=os.environ.get("RLTAP_ADMIN_KEY"))
     console = Console(stderr=True)
-    summary = asyncio.run((run or _rollout_from_args)(args, console))
-    Console().print(summary_table({Path(args.agent).name: summary}))
+    summary = asyncio.run((run or _rollout_here)(config, console))
+    Console().print(summary_table({Path(config.agent).name: summary}))
     if summary.errors:
         console.print(f"[yellow]{len(summary.errors)} episodes failed; first: {summary.errors[0]}")
     if summary.episodes_retried:

@@ -25,6 +25,7 @@ from rltap.chat.constraints import request_constraint
 from rltap.chat.renderer import ChatRenderer
 from rltap.chat.stop_strings import matched_stop_string
 from rltap.chat.streaming import OutputParser
+from rltap.config.serve import FALLBACK_MAX_CONTEXT, ChatConfig
 from rltap.engines.base import InferenceEngine
 from rltap.generation import (
     Api,
@@ -64,16 +65,16 @@ class SessionConfig:
         SessionConfig(max_context=32768, default_max_tokens=1024, output_parser=parser)
     """
 
-    max_context: int = 32768
-    default_max_tokens: int = 4096
-    default_temperature: float = 1.0
+    max_context: int = FALLBACK_MAX_CONTEXT
+    default_max_tokens: int = ChatConfig.default_max_tokens
+    default_temperature: float = ChatConfig.default_temperature
     output_parser: OutputParser = field(default_factory=OutputParser)
     # A max_tokens beyond the context left is cut to what is left (the reply may end `length`);
     # strict: refused with a 400, as vLLM does.
-    strict_max_tokens: bool = False
+    strict_max_tokens: bool = ChatConfig.strict_max_tokens
     # Content parts the model cannot take (images, audio, files) are a 400 naming them, or,
     # with this, dropped from the prompt.
-    drop_unsupported_content: bool = False
+    drop_unsupported_content: bool = ChatConfig.drop_unsupported_content
 
 
 class Session:

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 from rltap._lazy import lazy_getattr
 from rltap.distributed.cluster import RAY_EXTRA, require_ray
-from rltap.distributed.options import add_ray_arguments
 from rltap.distributed.pool import NoLiveActors
 
 if TYPE_CHECKING:
@@ -33,7 +32,6 @@ __all__ = [
     "NoLiveActors",
     "RayWeightSync",
     "RolloutActor",
-    "add_ray_arguments",
     "ray_actors",
     "ray_rollout",
     "ray_training",

@@ -9,14 +9,13 @@ adapters run as they do on one machine.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rltap.export import ExportStyle
+from rltap.config import RolloutConfig
 from rltap.rollout import LocalEpisodes
 from rltap.rollout_io import EpisodeLines
 from rltap.serving import Serving, local_workflow
@@ -44,9 +43,8 @@ class RolloutActor:
     """The body of a Ray actor (`ray.remote(RolloutActor)`); its methods are async, so Ray runs
     them concurrently on one event loop, the proxy's."""
 
-    def __init__(self, args: argparse.Namespace, style: ExportStyle) -> None:
-        self._args = args
-        self._style: ExportStyle = style
+    def __init__(self, config: RolloutConfig) -> None:
+        self._config = config
         self._stack = contextlib.AsyncExitStack()
         self._serving: Serving | None = None
         self._episodes: LocalEpisodes | None = None
@@ -58,12 +56,11 @@ class RolloutActor:
 
         # A "Loading weights" bar per actor would go to the driver's terminal through Ray.
         transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+        config = self._config
         if ray.get_gpu_ids():  # GPUs Ray gave this actor: the embedded engine runs there
-            self._args.device = "cuda"
+            config = config.with_serve(config.serve.with_engine(device="cuda"))
         try:
-            serving, workflow = await self._stack.enter_async_context(
-                local_workflow(self._args, style=self._style)
-            )
+            serving, workflow = await self._stack.enter_async_context(local_workflow(config))
         except SystemExit as exc:  # a flag refused: its message, not a worker that exited
             raise ValueError(str(exc)) from None
         self._serving, self._episodes = serving, LocalEpisodes(workflow)

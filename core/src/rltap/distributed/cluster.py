@@ -6,7 +6,6 @@ Ray is the `rltap[ray]` extra and is imported only here, when `--ray` is used.
 
 from __future__ import annotations
 
-import argparse
 import ipaddress
 import socket
 from pathlib import Path
@@ -15,12 +14,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from rltap._lazy import require_module
-from rltap.engines.factory import SERVER_ENGINES
-from rltap.export import ExportStyle
+from rltap.config import RolloutConfig
+from rltap.config.serve import SERVER_ENGINES
 
 __all__ = [
     "RAY_EXTRA",
-    "actor_args",
+    "actor_configs",
     "actor_store",
     "connect",
     "require_ray",
@@ -29,7 +28,6 @@ __all__ = [
 ]
 
 RAY_EXTRA = "rltap[ray]"
-_PLAIN = (str, int, float, bool, type(None), list, tuple, Path)
 
 
 def require_ray() -> ModuleType:
@@ -46,19 +44,16 @@ def connect(address: str | None) -> ModuleType:
     return ray
 
 
-def actor_args(args: argparse.Namespace) -> list[argparse.Namespace]:
-    """Each actor's flags: the command's plain values (no parser or handler objects, which do
-    not pickle), with `--url` cut to that actor's server and a `--store` of its own."""
-    plain = {k: v for k, v in vars(args).items() if isinstance(v, _PLAIN)}
+def actor_configs(config: RolloutConfig) -> list[RolloutConfig]:
+    """Each actor's settings: the command's, with `--url` cut to that actor's server and a
+    `--store` of its own."""
     specs = []
-    for index, url in enumerate(_servers_or_replicas(args)):
-        spec = argparse.Namespace(**plain)
-        specs.append(spec)
-        if url is not None:
-            spec.url = url
-        store = getattr(spec, "store", None)
+    for index, url in enumerate(_servers_or_replicas(config)):
+        serve = config.serve.with_engine(url=url)
+        store = serve.store.store
         if store:
-            spec.store = str(actor_store(Path(store), index))
+            serve = serve.with_store(str(actor_store(Path(store), index)))
+        specs.append(config.with_serve(serve))
     return specs
 
 
@@ -68,19 +63,20 @@ def actor_store(store: Path, index: int) -> Path:
     return store.with_name(f"{store.stem}-actor{index}{store.suffix}")
 
 
-def _servers_or_replicas(args: argparse.Namespace) -> list[str | None]:
+def _servers_or_replicas(config: RolloutConfig) -> list[str | None]:
     """One entry per actor: its server's URL, or None for an embedded engine replica."""
-    if args.engine not in SERVER_ENGINES:
-        replicas = 1 if args.replicas is None else args.replicas
-        if replicas < 1:
+    engine, replicas = config.serve.engine, config.ray.replicas
+    if engine.engine not in SERVER_ENGINES:
+        count = 1 if replicas is None else replicas
+        if count < 1:
             raise SystemExit("--replicas must be at least 1")
-        return [None] * replicas
-    urls = [url.strip() for url in (args.url or "").split(",") if url.strip()]
+        return [None] * count
+    urls = [url.strip() for url in (engine.url or "").split(",") if url.strip()]
     if not urls:
-        msg = f"--ray with --engine {args.engine} needs --url URL1,URL2,... (one actor each)"
+        msg = f"--ray with --engine {engine.engine} needs --url URL1,URL2,... (one actor each)"
         raise SystemExit(msg)
-    if args.replicas not in (None, len(urls)):
-        msg = f"--replicas {args.replicas} but {len(urls)} servers in --url: one actor per server"
+    if replicas not in (None, len(urls)):
+        msg = f"--replicas {replicas} but {len(urls)} servers in --url: one actor per server"
         raise SystemExit(msg)
     return list(urls)
 
@@ -101,7 +97,7 @@ def server_node(url: str) -> str | None:
     return None
 
 
-def start_actors(args: argparse.Namespace, style: ExportStyle) -> list[Any]:
+def start_actors(config: RolloutConfig) -> list[Any]:
     """One `RolloutActor` per replica or server (not started yet: call `start` on each)."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -110,14 +106,15 @@ def start_actors(args: argparse.Namespace, style: ExportStyle) -> list[Any]:
     ray = require_ray()
     remote = ray.remote(RolloutActor)
     handles = []
-    for spec in actor_args(args):
+    for spec in actor_configs(config):
         options: dict[str, Any] = {
-            "num_cpus": args.actor_cpus,
-            "num_gpus": args.actor_gpus,
+            "num_cpus": config.ray.actor_cpus,
+            "num_gpus": config.ray.actor_gpus,
             "max_restarts": 0,  # a lost actor's episodes run again elsewhere, not on a restart
         }
-        node = server_node(spec.url) if spec.engine in SERVER_ENGINES else None
+        engine = spec.serve.engine
+        node = server_node(engine.url or "") if engine.engine in SERVER_ENGINES else None
         if node is not None:
             options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
-        handles.append(remote.options(**options).remote(spec, style))
+        handles.append(remote.options(**options).remote(spec))
     return handles

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import logging
@@ -12,11 +11,11 @@ from typing import Any
 
 from rich.console import Console
 
+from rltap.config import RolloutConfig
+from rltap.config.serve import SERVER_ENGINES
 from rltap.distributed.cluster import connect, require_ray, start_actors
 from rltap.distributed.pool import ActorPool, NoLiveActors
 from rltap.distributed.weights import RayWeightSync
-from rltap.engines.factory import SERVER_ENGINES
-from rltap.export import ExportStyle
 from rltap.rollout import RolloutSummary, load_rows, rollout_rows
 
 __all__ = ["ray_actors", "ray_rollout", "ray_training"]
@@ -26,11 +25,11 @@ _STOP_SECONDS = 10.0
 
 
 @contextlib.asynccontextmanager
-async def ray_actors(args: argparse.Namespace, style: ExportStyle) -> AsyncIterator[ActorPool]:
-    """The rollout actors of the flags, started (engines loaded, proxies up), as a pool; each
+async def ray_actors(config: RolloutConfig) -> AsyncIterator[ActorPool]:
+    """The rollout actors of `config`, started (engines loaded, proxies up), as a pool; each
     holds up to `concurrency x group_size` episodes at once. Stopped and killed at the end."""
-    ray = connect(args.ray)
-    handles = start_actors(args, style)
+    ray = connect(config.ray.ray)
+    handles = start_actors(config)
     try:
         try:
             infos = await asyncio.gather(*(handle.start.remote() for handle in handles))
@@ -41,9 +40,9 @@ async def ray_actors(args: argparse.Namespace, style: ExportStyle) -> AsyncItera
         yield ActorPool(
             handles,
             list(infos),
-            per_actor=args.concurrency * args.group_size,
-            max_retries=args.max_retries,
-            style=style,
+            per_actor=config.episodes.concurrency * config.episodes.group_size,
+            max_retries=config.ray.max_retries,
+            style=config.style,
         )
     finally:
         await _stop(handles)
@@ -61,26 +60,27 @@ async def _stop(handles: list[Any]) -> None:
         ray.kill(handle)
 
 
-async def ray_rollout(args: argparse.Namespace, console: Console) -> RolloutSummary:
+async def ray_rollout(config: RolloutConfig, console: Console) -> RolloutSummary:
     """`rltap rollout --ray`: the rows' episodes on the actors, the files written here."""
-    if args.proxy:
+    if config.proxy:
         raise SystemExit("--ray starts a proxy in each rollout actor: it takes no --proxy")
-    rows = load_rows(Path(args.data))
+    rows = load_rows(Path(config.data))
     try:
-        async with ray_actors(args, args.style) as pool:
-            return await rollout_rows(args, pool, rows, pool.pad_token_id, console)
+        async with ray_actors(config) as pool:
+            return await rollout_rows(config, pool, rows, pool.pad_token_id, console)
     except NoLiveActors as exc:  # the rows finished so far are in the files: run again
         raise SystemExit(f"rltap rollout: {exc}") from exc
 
 
 @contextlib.asynccontextmanager
 async def ray_training(
-    args: argparse.Namespace, sync_dir: Path
+    config: RolloutConfig, sync_dir: Path
 ) -> AsyncIterator[tuple[ActorPool, RayWeightSync]]:
-    """`rltap train --ray`: the actors (style tree) and the sync of every one's weights."""
+    """`rltap train --ray`: the actors (each step's rollouts, `TrainConfig.rollout()`) and the
+    sync of every one's weights."""
     try:
-        async with ray_actors(args, "tree") as pool:
-            embedded = args.engine not in SERVER_ENGINES
+        async with ray_actors(config) as pool:
+            embedded = config.serve.engine.engine not in SERVER_ENGINES
             yield pool, RayWeightSync(pool, sync_dir, embedded=embedded)
     except NoLiveActors as exc:  # the last checkpoint is where a new run resumes
         raise SystemExit(f"rltap train: {exc}") from exc

@@ -9,9 +9,9 @@ fails with an ImportError that says so.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
 
 from rltap._lazy import require_module
+from rltap.config.serve import ENGINE_KINDS, SERVER_ENGINES, EngineKind
 from rltap.engines.base import InferenceEngine
 
 __all__ = [
@@ -23,10 +23,6 @@ __all__ = [
     "require_embedded",
 ]
 
-EngineKind = Literal["transformers", "vllm", "sglang", "scripted"]
-ENGINE_KINDS: tuple[EngineKind, ...] = ("transformers", "vllm", "sglang", "scripted")
-# The kinds that talk to an inference server at `url`; the others run in this process.
-SERVER_ENGINES: tuple[EngineKind, ...] = ("vllm", "sglang")
 EMBEDDED_EXTRA = "rltap[embedded]"
 
 

@@ -22,7 +22,6 @@ if TYPE_CHECKING:
         tree_from_export,
     )
     from rltap.proxy.errors import install_error_handlers
-    from rltap.proxy.options import add_serve_arguments
     from rltap.proxy.server import ProxyServer, ServeSetup, run_serve, serve_config
     from rltap.proxy.state import ProxyConfig, ProxyLimits, ProxyState
 
@@ -34,7 +33,6 @@ __all__ = [
     "ProxyState",
     "Reply",
     "ServeSetup",
-    "add_serve_arguments",
     "create_app",
     "install_error_handlers",
     "interactions_from_export",
@@ -51,7 +49,6 @@ _LAZY = {
     "ProxyState": "rltap.proxy.state",
     "Reply": "rltap.proxy.client",
     "ServeSetup": "rltap.proxy.server",
-    "add_serve_arguments": "rltap.proxy.options",
     "create_app": "rltap.proxy.app",
     "install_error_handlers": "rltap.proxy.errors",
     "interactions_from_export": "rltap.proxy.client",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import ipaddress
 import os
@@ -17,6 +16,7 @@ from fastapi import FastAPI
 
 from rltap.chat.renderer import ChatRenderer
 from rltap.chat.streaming import build_output_parser
+from rltap.config.serve import FALLBACK_MAX_CONTEXT, ServeConfig, ServerConfig, StoreConfig
 from rltap.engines.base import InferenceEngine
 from rltap.engines.factory import create_engine
 from rltap.proxy.app import create_app
@@ -119,20 +119,20 @@ class ProxyServer:
             await self._task
 
 
-def _max_context(args: argparse.Namespace, engine: InferenceEngine) -> int:
-    if args.max_context:
-        return int(args.max_context)
+def _max_context(config: ServeConfig, engine: InferenceEngine) -> int:
+    if config.chat.max_context:
+        return int(config.chat.max_context)
     limit = getattr(engine, "max_context", None)
     if isinstance(limit, int) and limit > 0:
         return limit
-    config = Path(args.model or "") / "config.json"
-    if config.is_file():
+    model_config = Path(config.engine.model or "") / "config.json"
+    if model_config.is_file():
         import json
 
-        value = json.loads(config.read_text()).get("max_position_embeddings")
+        value = json.loads(model_config.read_text()).get("max_position_embeddings")
         if isinstance(value, int):
             return value
-    return 32768
+    return FALLBACK_MAX_CONTEXT
 
 
 @dataclass(slots=True)
@@ -142,52 +142,52 @@ class ServeSetup:
     config: ProxyConfig
 
 
-def serve_config(args: argparse.Namespace, admin_key: str) -> ServeSetup:
-    """Engine, renderer and proxy config from `rltap serve` flags."""
-    store, retention = _store_settings(args)  # before the engine loads: a bad flag fails fast
-    tokenizer_dir = args.tokenizer or args.model
+def serve_config(config: ServeConfig, admin_key: str) -> ServeSetup:
+    """Engine, renderer and proxy config from `rltap serve`'s settings."""
+    store, retention = _store_settings(config.store)  # before the engine loads: fail fast
+    engine_config, chat, limits = config.engine, config.chat, config.limits
+    tokenizer_dir = engine_config.tokenizer or engine_config.model
     if not tokenizer_dir:
         msg = "--tokenizer (or --model) must name a local tokenizer folder"
         raise SystemExit(msg)
     engine = create_engine(
-        args.engine,
-        model=args.model,
+        engine_config.engine,
+        model=engine_config.model,
         tokenizer=tokenizer_dir,
-        url=args.url,
-        script=args.script,
-        num_threads=args.num_threads,
-        device=getattr(args, "device", "cpu"),  # a Ray actor given a GPU sets "cuda"
+        url=engine_config.url,
+        script=engine_config.script,
+        num_threads=engine_config.num_threads,
+        device=engine_config.device,
     )
-    renderer = ChatRenderer.from_pretrained(tokenizer_dir, mode=args.chat_template_mode)
-    parser = build_output_parser(args.tool_parser, args.reasoning_parser)
+    renderer = ChatRenderer.from_pretrained(tokenizer_dir, mode=chat.chat_template_mode)
     session = SessionConfig(
-        max_context=_max_context(args, engine),
-        default_max_tokens=args.default_max_tokens,
-        output_parser=parser,
-        strict_max_tokens=args.strict_max_tokens,
-        drop_unsupported_content=args.drop_unsupported_content,
+        max_context=_max_context(config, engine),
+        default_max_tokens=chat.default_max_tokens,
+        default_temperature=chat.default_temperature,
+        output_parser=build_output_parser(chat.tool_parser, chat.reasoning_parser),
+        strict_max_tokens=chat.strict_max_tokens,
+        drop_unsupported_content=chat.drop_unsupported_content,
     )
-    limits = ProxyLimits(
-        capacity=args.capacity, session_ttl=args.session_ttl, export_grace=args.export_grace
+    proxy_limits = ProxyLimits(
+        capacity=limits.capacity, session_ttl=limits.session_ttl, export_grace=limits.export_grace
     )
-    name = args.model_name or Path(str(args.model or tokenizer_dir)).name
-    config = ProxyConfig(
+    name = limits.model_name or Path(str(engine_config.model or tokenizer_dir)).name
+    proxy_config = ProxyConfig(
         admin_key=admin_key,
         model_name=name,
-        limits=limits,
+        limits=proxy_limits,
         session=session,
-        max_body_bytes=args.max_body_bytes,
-        export_format=args.export_format,
+        max_body_bytes=limits.max_body_bytes,
+        export_format=limits.export_format,
         store_path=store,
         store_retention=retention,
     )
-    return ServeSetup(engine=engine, renderer=renderer, config=config)
+    return ServeSetup(engine=engine, renderer=renderer, config=proxy_config)
 
 
-def _store_settings(args: argparse.Namespace) -> tuple[Path | None, Retention | None]:
-    """`--store` and `--store-retention` (absent from commands that do not take them)."""
-    store = getattr(args, "store", None)
-    text = getattr(args, "store_retention", None)
+def _store_settings(config: StoreConfig) -> tuple[Path | None, Retention | None]:
+    """`--store` and `--store-retention`."""
+    store, text = config.store, config.store_retention
     if text is None:
         return (None if store is None else Path(store)), None
     if store is None:
@@ -200,17 +200,17 @@ def _store_settings(args: argparse.Namespace) -> tuple[Path | None, Retention | 
         raise SystemExit(str(exc)) from None
 
 
-def run_serve(args: argparse.Namespace) -> int:
+def run_serve(config: ServerConfig) -> int:
     """`rltap serve`: the proxy in front of an engine, until interrupted."""
-    admin_key = args.admin_key
+    admin_key = config.admin_key
     if admin_key is None:
         admin_key = os.environ.get("RLTAP_ADMIN_KEY")
     if admin_key is not None:
-        check_admin_key(admin_key, args.host)  # an explicit "" is an empty key: refused
+        check_admin_key(admin_key, config.host)  # an explicit "" is an empty key: refused
     generated = not admin_key
-    if generated:
+    if not admin_key:
         admin_key = secrets.token_urlsafe(24)
-    setup = serve_config(args, admin_key)
+    setup = serve_config(config.serve, admin_key)
     from rltap.store.capture import StoreInUse
 
     try:
@@ -219,7 +219,8 @@ def run_serve(args: argparse.Namespace) -> int:
         raise SystemExit(str(exc)) from None
     if generated:
         print(f"rltap admin key (generated): {admin_key}", flush=True)
-    print(f"rltap proxy on http://{args.host}:{args.port} (engine {args.engine})", flush=True)
+    where = f"http://{config.host}:{config.port}"
+    print(f"rltap proxy on {where} (engine {config.serve.engine.engine})", flush=True)
     capture = app.state.rltap.store.capture
     if capture is not None:
         print(
@@ -227,5 +228,5 @@ def run_serve(args: argparse.Namespace) -> int:
             "last proxy's end are exportable as interrupted",
             flush=True,
         )
-    uvicorn.run(app, host=args.host, port=args.port, **UVICORN_OPTIONS)
+    uvicorn.run(app, host=config.host, port=config.port, **UVICORN_OPTIONS)
     return 0

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rltap.chat.renderer import ChatRenderer
+from rltap.config.serve import LimitsConfig
 from rltap.engines.base import InferenceEngine
 from rltap.proxy.metrics import ProxyMetrics
 from rltap.record.errors import (
@@ -79,10 +80,10 @@ class ProxyLimits:
         ProxyLimits(capacity=64, session_ttl=900, export_grace=600)
     """
 
-    capacity: int = 1024
+    capacity: int = LimitsConfig.capacity
     grant_ttl: float = 300.0
-    session_ttl: float = 1800.0
-    export_grace: float = 900.0
+    session_ttl: float = LimitsConfig.session_ttl
+    export_grace: float = LimitsConfig.export_grace
     reap_interval: float = 5.0
 
 
@@ -308,11 +309,11 @@ class ProxyConfig:
     model_name: str = "rltap"
     limits: ProxyLimits = field(default_factory=ProxyLimits)
     session: SessionConfig = field(default_factory=SessionConfig)
-    max_body_bytes: int = 32 * 1024 * 1024
+    max_body_bytes: int = LimitsConfig.max_body_bytes
     export_wait_timeout: float = 30.0
     max_export_wait: float = 600.0
     # The body `/export_trajectories` answers when a request names no `format`.
-    export_format: TensorEnvelope = "rltap"
+    export_format: TensorEnvelope = LimitsConfig.export_format
     # The durable capture store (`rltap serve --store`); None: memory only.
     store_path: Path | None = None
     store_retention: Retention | None = None

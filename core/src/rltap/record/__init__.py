@@ -39,6 +39,7 @@ from rltap.record.exported import (
     TOKEN_COLUMNS,
     ColumnKind,
     ExportedInteraction,
+    ExportStyle,
     token_columns,
 )
 from rltap.record.ids import (
@@ -112,6 +113,7 @@ __all__ = [
     "EngineTimeout",
     "EngineUnavailable",
     "ExportMismatch",
+    "ExportStyle",
     "ExportedInteraction",
     "IdFactory",
     "InteractionNotFound",

@@ -40,9 +40,13 @@ __all__ = [
     "ROW_COLUMNS",
     "TOKEN_COLUMNS",
     "ColumnKind",
+    "ExportStyle",
     "ExportedInteraction",
     "token_columns",
 ]
+
+# The export styles (`rltap.export` says what each holds).
+ExportStyle = Literal["individual", "concat", "tree"]
 
 # How a column is stored in a table (Parquet): `json` columns are JSON text there.
 ColumnKind = Literal["text", "json", "int", "float", "bool", "ints", "floats"]

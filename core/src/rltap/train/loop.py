@@ -24,7 +24,6 @@ rollouts of later steps (a step cut short) are dropped and run again.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import statistics
@@ -39,6 +38,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from rltap.config import RolloutConfig, TrainConfig
 from rltap.progress import progress_display
 from rltap.record.pack import TreePack
 from rltap.record.pack_io import load_packs
@@ -82,16 +82,16 @@ class _Rollout:
 class _Loop:
     """The state one `rltap train` call carries from step to step."""
 
-    def __init__(self, args: argparse.Namespace, run: RunDir, trainer: PolicyTrainer) -> None:
-        self.args = args
+    def __init__(self, config: TrainConfig, run: RunDir, trainer: PolicyTrainer) -> None:
+        self.loop = config.loop
         self.run = run
         self.trainer = trainer
-        self.rows = load_rows(Path(args.data))
+        self.rows = load_rows(Path(config.data))
         self.version = 0
 
     def rows_of(self, step: int) -> list[Any]:
         """Step k's rows: the dataset read in order, round and round."""
-        per = self.args.rows_per_step
+        per = self.loop.rows_per_step
         return [self.rows[((step - 1) * per + i) % len(self.rows)] for i in range(per)]
 
     async def rollout(self, step: int, workflow: Any, progress: Progress) -> _Rollout:
@@ -101,8 +101,8 @@ class _Loop:
             workflow,
             self.rows_of(step),
             out,
-            group_size=self.args.group_size,
-            concurrency=self.args.concurrency,
+            group_size=self.loop.episodes.group_size,
+            concurrency=self.loop.episodes.concurrency,
             progress=progress,
         )
         if summary.episodes_ok == 0:
@@ -134,39 +134,40 @@ class _Loop:
     def record(self, step: int, metrics: dict[str, float], tokenizer: Any) -> None:
         self.run.log(step, metrics)
         self.run.plot_rewards()
-        if step % self.args.save_every == 0 or step == self.args.steps:
-            state = {"step": step, "version": self.version, "seed": self.args.seed}
+        if step % self.loop.save_every == 0 or step == self.loop.steps:
+            state = {"step": step, "version": self.version, "seed": self.loop.seed}
             model, optimizer = self.trainer.model, self.trainer.optimizer
             self.run.save_checkpoint(step, model, tokenizer, optimizer, state)
 
 
-async def run_training(args: argparse.Namespace, console: Console) -> TrainSummary:
-    """The loop of the module docstring, from parsed `rltap train` flags."""
+async def run_training(config: TrainConfig, console: Console) -> TrainSummary:
+    """The loop of the module docstring, from `rltap train`'s settings."""
     from transformers import AutoTokenizer
 
-    torch.manual_seed(args.seed)
-    run = RunDir(Path(args.out))
+    steps = config.loop.steps
+    torch.manual_seed(config.loop.seed)
+    run = RunDir(Path(config.out))
     checkpoint = run.last_checkpoint()
     run.resume_from(checkpoint)
     first = checkpoint.step + 1 if checkpoint else 1
-    loop = _Loop(args, run, _trainer(args, checkpoint, run))
+    loop = _Loop(config, run, _trainer(config, checkpoint, run))
     loop.version = int(checkpoint.state["version"]) if checkpoint else 0
-    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or args.model)
+    tokenizer = AutoTokenizer.from_pretrained(config.serve.engine.tokenizer or config.model)
     summary = TrainSummary(str(run.path), first, first - 1)
-    if first > args.steps:
-        console.print(f"{run.path}: all {args.steps} steps are done (step-{first - 1})")
+    if first > steps:
+        console.print(f"{run.path}: all {steps} steps are done (step-{first - 1})")
         return summary
-    async with _serving(args, loop, checkpoint is not None) as (workflow, sync):
+    async with _serving(config, loop, checkpoint is not None) as (workflow, sync):
         with progress_display(console) as progress:
-            task = progress.add_task("train steps", total=args.steps, completed=first - 1, live="")
+            task = progress.add_task("train steps", total=steps, completed=first - 1, live="")
 
             def start(step: int) -> asyncio.Task[_Rollout]:
                 return asyncio.create_task(loop.rollout(step, workflow, progress))
 
             pending = start(first)
-            for step in range(first, args.steps + 1):
+            for step in range(first, steps + 1):
                 batch = await pending
-                ahead = args.async_rollouts and step < args.steps
+                ahead = config.loop.async_rollouts and step < steps
                 if ahead:
                     pending = start(step + 1)
                 metrics = await loop.train_and_sync(step, batch, sync)
@@ -175,22 +176,22 @@ async def run_training(args: argparse.Namespace, console: Console) -> TrainSumma
                 summary.last_step = step
                 live = f"reward {metrics['reward_mean']:+.3f} | v{loop.version}"
                 progress.update(task, advance=1, live=live)
-                if not ahead and step < args.steps:
+                if not ahead and step < steps:
                     pending = start(step + 1)
     run.close()
     return summary
 
 
-def _trainer(args: argparse.Namespace, checkpoint: Checkpoint | None, run: RunDir) -> PolicyTrainer:
+def _trainer(config: TrainConfig, checkpoint: Checkpoint | None, run: RunDir) -> PolicyTrainer:
     from transformers import AutoModelForCausalLM
 
-    source = str(checkpoint.path) if checkpoint else args.model
+    source = str(checkpoint.path) if checkpoint else config.model
     model: Any = AutoModelForCausalLM.from_pretrained(source, dtype="float32")
     reference: Any = None
-    if args.kl_coef > 0:  # a frozen copy of the initial weights
-        reference = AutoModelForCausalLM.from_pretrained(args.model, dtype="float32")
+    if config.update.kl_coef > 0:  # a frozen copy of the initial weights
+        reference = AutoModelForCausalLM.from_pretrained(config.model, dtype="float32")
         reference.eval().requires_grad_(False)
-    trainer = PolicyTrainer(model, train_settings(args), reference=reference)
+    trainer = PolicyTrainer(model, train_settings(config), reference=reference)
     if checkpoint is not None:
         run.load_optimizer(checkpoint, trainer.optimizer)
     return trainer
@@ -198,17 +199,17 @@ def _trainer(args: argparse.Namespace, checkpoint: Checkpoint | None, run: RunDi
 
 @contextlib.asynccontextmanager
 async def _serving(
-    args: argparse.Namespace, loop: _Loop, resumed: bool
+    config: TrainConfig, loop: _Loop, resumed: bool
 ) -> AsyncIterator[tuple[Any, WeightSync]]:
     """Where the run's episodes go (this process's proxy and engine, or with `--ray` the rollout
     actors of `rltap.distributed`, style tree either way) and the weight sync to it."""
     serving: contextlib.AbstractAsyncContextManager[tuple[Any, WeightSync]]
-    if args.ray is not None:
+    if config.ray.ray is not None:
         from rltap.distributed import ray_training
 
-        serving = ray_training(args, loop.run.sync_dir())
+        serving = ray_training(config.rollout(), loop.run.sync_dir())
     else:
-        serving = _local_serving(args, loop.run.sync_dir())
+        serving = _local_serving(config.rollout(), loop.run.sync_dir())
     async with serving as (episodes, sync):
         if resumed:  # the engine starts from --model: give it the checkpoint's weights
             await sync.push(loop.trainer.model, loop.version)
@@ -217,13 +218,14 @@ async def _serving(
 
 @contextlib.asynccontextmanager
 async def _local_serving(
-    args: argparse.Namespace, sync_dir: Path
+    config: RolloutConfig, sync_dir: Path
 ) -> AsyncIterator[tuple[Any, WeightSync]]:
     from rltap.serving import local_workflow
     from rltap.store.schema import STORE_FILE
 
-    args.store = str(Path(args.out) / STORE_FILE)  # every step's sessions, in the run folder
-    async with local_workflow(args, style="tree") as (serving, workflow):
+    # every step's sessions, in the run folder
+    config = config.with_serve(config.serve.with_store(str(Path(config.out) / STORE_FILE)))
+    async with local_workflow(config) as (serving, workflow):
         yield workflow, weight_sync(serving.engine, sync_dir)
 
 
@@ -260,7 +262,7 @@ def print_run(
         out.print(f"{label}: {shown(run.path)} ({files})")
 
 
-def train_command(args: argparse.Namespace) -> int:
+def train_command(config: TrainConfig) -> int:
     """`rltap train`: the loop, then the table of its steps and where its files are."""
     from transformers.utils import logging as transformers_logging
 
@@ -268,7 +270,7 @@ def train_command(args: argparse.Namespace) -> int:
     transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     console = Console(stderr=True)
     try:
-        summary = asyncio.run(run_training(args, console))
+        summary = asyncio.run(run_training(config, console))
     except TrainingFailed as exc:
         console.print(f"[red]rltap train: {exc}")
         return 1

@@ -30,6 +30,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from rltap.config.train import UpdateConfig
+
 if TYPE_CHECKING:
     import torch
 
@@ -40,9 +42,9 @@ __all__ = ["LossSettings", "LossSums", "policy_loss"]
 class LossSettings:
     """The objective's knobs (`rltap train --clip --kl-coef --behaviour-cap`)."""
 
-    clip: float = 0.2
-    behaviour_cap: float = 5.0
-    kl_coef: float = 0.0
+    clip: float = UpdateConfig.clip
+    behaviour_cap: float = UpdateConfig.behaviour_cap
+    kl_coef: float = UpdateConfig.kl_coef
 
 
 @dataclass(slots=True)

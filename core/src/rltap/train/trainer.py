@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rltap.config.train import LoopConfig, UpdateConfig
 from rltap.record.pack import TreePack
 from rltap.train.advantages import Normalisation, assign_advantages, trainable_tokens
 from rltap.train.batches import micro_batches
@@ -41,13 +42,13 @@ __all__ = ["PolicyTrainer", "TrainSettings"]
 class TrainSettings:
     """How a step updates the policy (the `rltap train` flags of the same names)."""
 
-    lr: float = 1e-5
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    micro_batch_tokens: int = 2048
-    minibatches: int = 1
-    max_staleness: int = 1
-    temperature: float = 1.0
+    lr: float = UpdateConfig.lr
+    weight_decay: float = UpdateConfig.weight_decay
+    max_grad_norm: float = UpdateConfig.max_grad_norm
+    micro_batch_tokens: int = UpdateConfig.micro_batch_tokens
+    minibatches: int = 1  # --minibatches' default is --algo's
+    max_staleness: int = LoopConfig.max_staleness
+    temperature: float = UpdateConfig.temperature
     attention: Attention = "sdpa"
     advantages: Normalisation = "group"
     loss: LossSettings = field(default_factory=LossSettings)

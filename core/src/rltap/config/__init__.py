@@ -1,0 +1,47 @@
+"""rltap's settings as dataclasses, one field per setting with its default and help once; the
+command line's flags and `--config` files are derived from them (`rltap.config.flags`).
+
+    serve     ServeConfig (engine, chat and session defaults, limits, store), ServerConfig
+    rollout   RolloutConfig: AgentTask + EpisodeConfig + export + ServeConfig + RayConfig
+    train     TrainConfig: AgentTask + LoopConfig + UpdateConfig + ServeConfig + RayConfig
+    demo      DemoConfig
+
+Imports only rltap's data modules, so anything may import it; every config pickles (a Ray
+rollout actor is given its `RolloutConfig`).
+"""
+
+from __future__ import annotations
+
+from rltap.config.demo import DemoConfig
+from rltap.config.flags import ConfigError, add_arguments, from_namespace, parse
+from rltap.config.rollout import AgentTask, EpisodeConfig, RayConfig, RolloutConfig
+from rltap.config.serve import (
+    ChatConfig,
+    EngineConfig,
+    LimitsConfig,
+    ServeConfig,
+    ServerConfig,
+    StoreConfig,
+)
+from rltap.config.train import LoopConfig, TrainConfig, UpdateConfig
+
+__all__ = [
+    "AgentTask",
+    "ChatConfig",
+    "ConfigError",
+    "DemoConfig",
+    "EngineConfig",
+    "EpisodeConfig",
+    "LimitsConfig",
+    "LoopConfig",
+    "RayConfig",
+    "RolloutConfig",
+    "ServeConfig",
+    "ServerConfig",
+    "StoreConfig",
+    "TrainConfig",
+    "UpdateConfig",
+    "add_arguments",
+    "from_namespace",
+    "parse",
+]

@@ -1,0 +1,104 @@
+"""`rltap train`'s settings: the loop (`LoopConfig`), the update (`UpdateConfig`), and the
+episodes' rollouts on the proxy's settings (`TrainConfig.rollout()`): train = serve + rollout
++ update. `rltap.train.trainer.TrainSettings` and `rltap.train.loss.LossSettings` take their
+defaults from `UpdateConfig`.
+
+Every flag is also a key of a YAML or TOML `--config` file (`rltap.config.flags`):
+
+    rltap train examples/train_toy/agent.py:Agent --data rows.jsonl --model DIR --out RUN \\
+        --steps 20 --rows-per-step 2 --group-size 8 --lr 1e-3
+    rltap train --config run.yaml --steps 40      # the file's settings, 40 steps
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+from rltap.config.flags import ConfigError, option, section
+from rltap.config.rollout import RAY_GROUP, AgentTask, EpisodeConfig, RayConfig, RolloutConfig
+from rltap.config.serve import ServeConfig
+
+__all__ = ["LoopConfig", "TrainConfig", "UpdateConfig"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoopConfig:
+    """Steps, the rows and episodes of each, and when to checkpoint."""
+
+    steps: int = option(10, "updates (default 10)")
+    rows_per_step: int = option(4, "dataset rows per step")
+    episodes: EpisodeConfig = section(EpisodeConfig(group_size=8))
+    async_rollouts: bool = option(
+        False,
+        "run the next step's rollouts while this step trains (needs --max-staleness >= 1)",
+        flag="async",
+    )
+    max_staleness: int = option(1, "versions (default 1)")
+    save_every: int = option(1, "checkpoint every N steps")
+    seed: int = option(0, "torch seed of the trainer")
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "rows_per_step", "save_every"):
+            if getattr(self, name) < 1:
+                msg = f"--{name.replace('_', '-')} must be at least 1"
+                raise ConfigError(msg)
+        if self.async_rollouts and self.max_staleness < 1:
+            msg = "--async trains on tokens one version old: it needs --max-staleness >= 1"
+            raise ConfigError(msg)
+
+
+@dataclass(frozen=True, kw_only=True)
+class UpdateConfig:
+    """The policy update: algorithm, optimizer and the clipped objective's knobs."""
+
+    algo: Literal["grpo", "ppo"] = option(
+        "grpo",
+        "grpo: advantages normalised per group, one update per step; ppo: normalised over "
+        "the step, --minibatches updates per step (default 4)",
+    )
+    lr: float = option(1e-5, "AdamW learning rate")
+    weight_decay: float = option(0.0, "AdamW weight decay")
+    clip: float = option(0.2, "ratio clip (default 0.2)")
+    behaviour_cap: float = option(5.0, "behaviour weight cap")
+    kl_coef: float = option(0.0, "KL to the initial model")
+    max_grad_norm: float = option(1.0, "gradient clipping norm")
+    minibatches: int | None = option(None, "updates per step")
+    micro_batch_tokens: int = option(2048, "tokens per forward")
+    temperature: float = option(1.0, "the agents' sampling T")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig(AgentTask):
+    """`rltap train`: AGENT's episodes on --data, --model trained on them, the run in --out."""
+
+    # Needed besides the fields without a default; `rltap serve` takes no --model.
+    REQUIRED_TOO: ClassVar[tuple[str, ...]] = ("model",)
+
+    out: str = option(help="run folder (a second run on it resumes)")
+    loop: LoopConfig = section(LoopConfig, "loop")
+    update: UpdateConfig = section(UpdateConfig, "update")
+    serve: ServeConfig = section(ServeConfig)
+    ray: RayConfig = section(RayConfig, RAY_GROUP)
+
+    def __post_init__(self) -> None:
+        if not self.serve.engine.model:
+            raise ConfigError("missing --model")
+
+    @property
+    def model(self) -> str:
+        """The model trained (and served, at first)."""
+        assert self.serve.engine.model  # checked at construction
+        return self.serve.engine.model
+
+    def rollout(self) -> RolloutConfig:
+        """Each step's rollouts: the agent's episodes on the proxy, exported as token tries."""
+        return RolloutConfig(
+            agent=self.agent,
+            data=self.data,
+            out=self.out,
+            episodes=self.loop.episodes,
+            style="tree",
+            serve=self.serve,
+            ray=self.ray,
+        )

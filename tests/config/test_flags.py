@@ -1,0 +1,187 @@
+"""The settings are the dataclasses of `rltap.config`: every flag of `rltap serve`, `rollout`,
+`train` and `demo` is a field with the field's default, a `--config` file round-trips a
+config, flags win over the file, a config pickles (what Ray sends each actor), and the classes
+that keep their own fields take the defaults from there."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import pickle
+import re
+from pathlib import Path
+from typing import Any, get_args
+
+import pytest
+import yaml
+
+from rltap.cli import build_parser
+from rltap.config import (
+    ChatConfig,
+    ConfigError,
+    DemoConfig,
+    EngineConfig,
+    EpisodeConfig,
+    LimitsConfig,
+    LoopConfig,
+    RayConfig,
+    RolloutConfig,
+    ServeConfig,
+    ServerConfig,
+    TrainConfig,
+    UpdateConfig,
+    from_namespace,
+    parse,
+)
+from rltap.config.flags import config_values, settings
+from rltap.config.serve import ChatTemplateMode
+
+# Each command's dataclass, and the fewest words its parser takes.
+COMMANDS = [
+    pytest.param("serve", ServerConfig, {}, id="serve"),
+    pytest.param(
+        "rollout", RolloutConfig, {"agent": "a.py:A", "data": "d", "out": "o"}, id="rollout"
+    ),
+    pytest.param("train", TrainConfig, {}, id="train"),
+    pytest.param("demo", DemoConfig, {}, id="demo"),
+]
+# What the command line keeps besides the settings: its dispatch, and train's own reparse.
+NOT_SETTINGS = {"command", "handler", "train_parser", "config"}
+
+
+def _argv(command: str, required: dict[str, str]) -> list[str]:
+    words = [command]
+    for name, value in required.items():
+        words += [value] if name == "agent" else [f"--{name}", value]
+    return words
+
+
+@pytest.mark.parametrize(("command", "cls", "required"), COMMANDS)
+def test_every_flag_is_a_field_with_its_default(
+    command: str, cls: type[Any], required: dict[str, str]
+) -> None:
+    parsed = vars(build_parser().parse_args(_argv(command, required)))
+    fields = {s.dest: s for s in settings(cls)}
+    assert set(parsed) - NOT_SETTINGS == set(fields)  # a flag added by hand has no field
+    for dest, value in parsed.items():
+        if dest in fields and dest not in required:
+            assert value == fields[dest].default, dest
+    if command != "train":  # train's required settings may come from its --config file
+        config = from_namespace(cls, build_parser().parse_args(_argv(command, required)))
+        assert config == cls(**required)  # the parsed defaults are the dataclass's
+
+
+@pytest.mark.parametrize(("command", "cls", "required"), COMMANDS)
+def test_help_lists_exactly_the_fields_flags(
+    command: str, cls: type[Any], required: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([command, "--help"])
+    listed = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", capsys.readouterr().out))
+    flags = {s.flag for s in settings(cls) if s.flag.startswith("--")}
+    extra = {"--help", "--config"} if command == "train" else {"--help"}
+    assert listed == flags | extra
+
+
+def _changed() -> TrainConfig:
+    """A train config with a setting off its default in every section."""
+    return TrainConfig(
+        agent="pkg.agent:Agent",
+        data="rows.jsonl",
+        out="run",
+        loop=LoopConfig(
+            steps=3,
+            episodes=EpisodeConfig(group_size=2, mode="subproc", episode_timeout=9.5),
+            async_rollouts=True,
+        ),
+        update=UpdateConfig(algo="ppo", lr=3e-3, minibatches=2),
+        serve=ServeConfig(
+            engine=EngineConfig(engine="scripted", model="m", script="s:f"),
+            chat=ChatConfig(chat_template_mode="hf", strict_max_tokens=True, max_context=512),
+            limits=LimitsConfig(capacity=7, export_format="areal"),
+        ),
+        ray=RayConfig(ray="head:6379", replicas=2),
+    )
+
+
+def _train(argv: list[str]) -> TrainConfig:
+    parser = build_parser().parse_args(["train"]).train_parser
+    return parse(TrainConfig, parser, argv, required=TrainConfig.REQUIRED_TOO)
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".toml"])
+def test_a_config_file_round_trips(tmp_path: Path, suffix: str) -> None:
+    config = _changed()
+    values = {k: v for k, v in config_values(config).items() if v is not None}
+    path = tmp_path / f"run{suffix}"
+    if suffix == ".yaml":
+        path.write_text(yaml.safe_dump(values))
+    else:
+        path.write_text("".join(f"{k} = {_toml(v)}\n" for k, v in values.items()))
+    assert _train(["--config", str(path)]) == config
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value) if isinstance(value, int | float) else f'"{value}"'
+
+
+def test_the_command_line_wins_over_the_file_which_wins_over_the_default(tmp_path: Path) -> None:
+    path = tmp_path / "run.yaml"
+    path.write_text("agent: a:A\ndata: d\nmodel: m\nout: o\nlr: 0.5\nsteps: 4\nasync: true\n")
+    config = _train(["--config", str(path), "--steps", "6"])
+    assert (config.loop.steps, config.update.lr, config.loop.async_rollouts) == (6, 0.5, True)
+    assert config.update.clip == UpdateConfig().clip
+    assert config.loop.episodes.group_size == 8  # train's own default, not rollout's 1
+
+
+def test_a_refused_value_is_a_usage_error_naming_its_flag(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        _train(["a:A", "--data", "d", "--model", "m", "--out", "o", "--rows-per-step", "0"])
+    assert exited.value.code == 2
+    assert "--rows-per-step must be at least 1" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="--group-size and --concurrency"):
+        EpisodeConfig(concurrency=0)
+
+
+def test_configs_pickle_for_the_ray_actors() -> None:
+    train = _changed()
+    rollout = dataclasses.replace(
+        train.rollout(), agents=["planner"], link_factors=[("handoff", 0.5)]
+    )
+    for config in (train, rollout, ServerConfig(), DemoConfig()):
+        assert pickle.loads(pickle.dumps(config)) == config
+    assert (rollout.style, rollout.episodes, rollout.serve) == (
+        "tree",
+        train.loop.episodes,
+        train.serve,
+    )
+
+
+def test_the_classes_with_their_own_fields_take_the_defaults_from_the_config() -> None:
+    from rltap.chat.renderer import RenderMode
+    from rltap.client import DirectOpenAI
+    from rltap.proxy import ProxyConfig, ProxyLimits
+    from rltap.session import SessionConfig
+
+    chat, limits = ChatConfig(), LimitsConfig()
+    session = SessionConfig()
+    assert (session.default_max_tokens, session.strict_max_tokens) == (
+        chat.default_max_tokens,
+        chat.strict_max_tokens,
+    )
+    proxy = ProxyLimits()
+    assert (proxy.capacity, proxy.session_ttl, proxy.export_grace) == (
+        limits.capacity,
+        limits.session_ttl,
+        limits.export_grace,
+    )
+    assert ProxyConfig(admin_key="k").max_body_bytes == limits.max_body_bytes
+    direct = inspect.signature(DirectOpenAI.__init__).parameters
+    assert direct["default_max_tokens"].default == chat.default_max_tokens
+    assert direct["tool_call_parser"].default == chat.tool_parser
+    assert set(get_args(ChatTemplateMode)) == {mode.value for mode in RenderMode}
+    assert DemoConfig().serve.chat.default_max_tokens == 128  # the demo's replies are short
