@@ -15,6 +15,20 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from rltap.config import (
+    ConfigError,
+    DemoConfig,
+    RolloutConfig,
+    ServerConfig,
+    TrainConfig,
+    add_arguments,
+    from_namespace,
+    parse,
+)
+from rltap.rollout import rollout_command
+from rltap.store.commands import add_export_command, add_inspect_command
+from rltap.view.commands import add_view_command
+
 __all__ = ["COMMANDS", "build_parser", "main"]
 
 _Subparsers = Any  # argparse's _SubParsersAction is private
@@ -68,7 +82,6 @@ def _models_tiny(args: argparse.Namespace) -> int:
 
 
 def _add_serve_command(subparsers: _Subparsers) -> None:
-    from rltap.config import ServerConfig, add_arguments
 
     serve = subparsers.add_parser(
         "serve",
@@ -82,14 +95,12 @@ def _add_serve_command(subparsers: _Subparsers) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from rltap.config import ServerConfig, from_namespace
     from rltap.proxy import run_serve
 
     return run_serve(from_namespace(ServerConfig, args))
 
 
 def _add_rollout_command(subparsers: _Subparsers) -> None:
-    from rltap.config import RolloutConfig, add_arguments
 
     rollout = subparsers.add_parser(
         "rollout",
@@ -104,8 +115,6 @@ def _add_rollout_command(subparsers: _Subparsers) -> None:
 
 
 def _rollout(args: argparse.Namespace) -> int:
-    from rltap.config import RolloutConfig, from_namespace
-    from rltap.rollout import rollout_command
 
     config = from_namespace(RolloutConfig, args)
     if config.ray.ray is not None:
@@ -116,7 +125,6 @@ def _rollout(args: argparse.Namespace) -> int:
 
 
 def _add_train_command(subparsers: _Subparsers) -> None:
-    from rltap.config import TrainConfig, add_arguments
 
     train = subparsers.add_parser(
         "train",
@@ -132,7 +140,6 @@ def _add_train_command(subparsers: _Subparsers) -> None:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from rltap.config import TrainConfig, parse
     from rltap.train.loop import train_command
 
     # Parsed again: the --config file's keys are the defaults of the flags not given.
@@ -141,7 +148,6 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _add_demo_command(subparsers: _Subparsers) -> None:
-    from rltap.config import DemoConfig, add_arguments
 
     demo = subparsers.add_parser(
         "demo",
@@ -156,7 +162,6 @@ def _add_demo_command(subparsers: _Subparsers) -> None:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from rltap.config import DemoConfig, from_namespace
     from rltap.demo import demo_command
 
     return demo_command(from_namespace(DemoConfig, args))
@@ -165,8 +170,6 @@ def _demo(args: argparse.Namespace) -> int:
 def _add_store_commands(subparsers: _Subparsers) -> None:
     """`rltap export`, `rltap inspect` and `rltap view`: reading capture stores
     (`rltap.store`, `rltap.view`)."""
-    from rltap.store.commands import add_export_command, add_inspect_command
-    from rltap.view.commands import add_view_command
 
     add_export_command(subparsers)
     add_inspect_command(subparsers)
@@ -200,7 +203,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = argv  # `rltap train` parses its own again, its --config file's keys as defaults
     handler: Callable[[argparse.Namespace], int] = args.handler
-    from rltap.config import ConfigError
 
     try:
         return handler(args)

@@ -35,6 +35,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from rltap.config import TrainConfig, add_arguments, parse
 from rltap.protocols import SPECS
 from rltap.rollout import LEDGER, SUMMARY, RolloutSummary
 
@@ -317,7 +318,6 @@ def _shown(path: Path) -> str:
 
 def train_config(root: Path, out: Path, steps: int) -> TrainConfig:
     """`rltap train`'s settings for the demo's steps: the toy task on the tiny model."""
-    from rltap.config import TrainConfig, add_arguments, parse
     from rltap.testing.models import cached_tiny_model_dir
 
     parser = argparse.ArgumentParser(prog="rltap train")

@@ -57,6 +57,7 @@ from rltap.rollout_io import (
     read_jsonl,
     write_batch,
 )
+from rltap.store.schema import STORE_FILE
 from rltap.workflow import OpenAIProxyWorkflow
 
 __all__ = [
@@ -219,7 +220,6 @@ def summary_table(summaries: dict[str, RolloutSummary]) -> Table:
 
 async def _rollout_here(config: RolloutConfig, console: Console) -> RolloutSummary:
     from rltap.serving import agent_workflow, local_workflow
-    from rltap.store.schema import STORE_FILE
 
     rows = load_rows(Path(config.data))
     if config.proxy:

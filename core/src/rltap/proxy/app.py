@@ -28,6 +28,7 @@ from rltap.proxy.metrics import ProxyMetrics
 from rltap.proxy.middleware import BodyLimitMiddleware, MetricsMiddleware
 from rltap.proxy.state import ProxyConfig, ProxyState, SessionStore
 from rltap.session import Session
+from rltap.store.capture import CaptureStore
 
 if TYPE_CHECKING:
     from rltap.store.capture import CaptureStore
@@ -100,7 +101,6 @@ def _capture_store(config: ProxyConfig, renderer: ChatRenderer) -> CaptureStore 
     """The durable store of `config` (`rltap serve --store`), opened and recovered; or None."""
     if config.store_path is None:
         return None
-    from rltap.store.capture import CaptureStore
 
     capture = CaptureStore(config.store_path, config.store_retention)
     # The viewer decodes the recorded tokens with the tokenizer that made them.

@@ -22,6 +22,8 @@ from rltap.engines.factory import create_engine
 from rltap.proxy.app import create_app
 from rltap.proxy.state import ProxyConfig, ProxyLimits
 from rltap.session import SessionConfig
+from rltap.store.capture import StoreInUse
+from rltap.store.retention import parse_retention
 
 if TYPE_CHECKING:
     from rltap.store.retention import Retention
@@ -192,7 +194,6 @@ def _store_settings(config: StoreConfig) -> tuple[Path | None, Retention | None]
         return (None if store is None else Path(store)), None
     if store is None:
         raise SystemExit("--store-retention needs --store")
-    from rltap.store.retention import parse_retention
 
     try:
         return Path(store), parse_retention(text)
@@ -211,7 +212,6 @@ def run_serve(config: ServerConfig) -> int:
     if not admin_key:
         admin_key = secrets.token_urlsafe(24)
     setup = serve_config(config.serve, admin_key)
-    from rltap.store.capture import StoreInUse
 
     try:
         app = create_app(setup.engine, setup.renderer, setup.config)

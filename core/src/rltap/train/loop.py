@@ -39,10 +39,12 @@ from rich.progress import Progress
 from rich.table import Table
 
 from rltap.config import RolloutConfig, TrainConfig
+from rltap.distributed import ray_training
 from rltap.progress import progress_display
 from rltap.record.pack import TreePack
 from rltap.record.pack_io import load_packs
 from rltap.rollout import BATCH, RolloutSummary, load_rows, run_rollout
+from rltap.store.schema import STORE_FILE
 from rltap.train.config import train_settings
 from rltap.train.run_dir import Checkpoint, RunDir
 from rltap.train.sync import WeightSync, weight_sync
@@ -205,8 +207,6 @@ async def _serving(
     actors of `rltap.distributed`, style tree either way) and the weight sync to it."""
     serving: contextlib.AbstractAsyncContextManager[tuple[Any, WeightSync]]
     if config.ray.ray is not None:
-        from rltap.distributed import ray_training
-
         serving = ray_training(config.rollout(), loop.run.sync_dir())
     else:
         serving = _local_serving(config.rollout(), loop.run.sync_dir())
@@ -221,7 +221,6 @@ async def _local_serving(
     config: RolloutConfig, sync_dir: Path
 ) -> AsyncIterator[tuple[Any, WeightSync]]:
     from rltap.serving import local_workflow
-    from rltap.store.schema import STORE_FILE
 
     # every step's sessions, in the run folder
     config = config.with_serve(config.serve.with_store(str(Path(config.out) / STORE_FILE)))
