@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from rltap._lazy import require_module
 from rltap.config import (
     ConfigError,
     DemoConfig,
@@ -94,7 +95,18 @@ def _add_serve_command(subparsers: _Subparsers) -> None:
     serve.set_defaults(handler=_serve)
 
 
+def _require_server(command: str) -> None:
+    """A command that runs the proxy exits naming the `server` extra where it is missing (the
+    slim install), instead of with a traceback."""
+    try:
+        for module in ("fastapi", "uvicorn", "transformers"):
+            require_module(module, "rltap[server]", f"rltap {command}")
+    except ImportError as exc:
+        raise SystemExit(str(exc)) from None
+
+
 def _serve(args: argparse.Namespace) -> int:
+    _require_server("serve")
     from rltap.proxy import run_serve
 
     return run_serve(from_namespace(ServerConfig, args))
@@ -115,7 +127,7 @@ def _add_rollout_command(subparsers: _Subparsers) -> None:
 
 
 def _rollout(args: argparse.Namespace) -> int:
-
+    _require_server("rollout")
     config = from_namespace(RolloutConfig, args)
     if config.ray.ray is not None:
         from rltap.distributed.runs import ray_rollout
@@ -140,6 +152,7 @@ def _add_train_command(subparsers: _Subparsers) -> None:
 
 
 def _train(args: argparse.Namespace) -> int:
+    _require_server("train")
     from rltap.train.loop import train_command
 
     # Parsed again: the --config file's keys are the defaults of the flags not given.
@@ -162,6 +175,7 @@ def _add_demo_command(subparsers: _Subparsers) -> None:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    _require_server("demo")
     from rltap.demo import demo_command
 
     return demo_command(from_namespace(DemoConfig, args))
