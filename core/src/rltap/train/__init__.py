@@ -11,17 +11,10 @@ from rltap.train.layouts import VERL_KEYS, leaf_values, verl_batch
 from rltap.train.pack import PackLeaf, TreePack, merge_tries, pack_interactions
 from rltap.train.pack_io import decode_pack, encode_pack, load_packs, save_packs
 from rltap.train.run_dir import METRICS, REWARD_PLOT, TENSORBOARD, TRAIN_EXTRA, Checkpoint, RunDir
+from rltap.train.sync import WeightSync, save_weights, weight_source, weight_sync
 
 if TYPE_CHECKING:
     from rltap.train.masks import tree_attention_mask, tree_block_mask, tree_mask_mod
-    from rltap.train.sync import (
-        EmbeddedSync,
-        SGLangSync,
-        VLLMSync,
-        WeightSync,
-        save_weights,
-        weight_sync,
-    )
 
 __all__ = [
     "METRICS",
@@ -31,12 +24,9 @@ __all__ = [
     "VERL_KEYS",
     "Attention",
     "Checkpoint",
-    "EmbeddedSync",
     "PackLeaf",
     "RunDir",
-    "SGLangSync",
     "TreePack",
-    "VLLMSync",
     "WeightSync",
     "decode_pack",
     "encode_pack",
@@ -53,12 +43,11 @@ __all__ = [
     "tree_block_mask",
     "tree_mask_mod",
     "verl_batch",
+    "weight_source",
     "weight_sync",
 ]
 
 # The masks are torch tensors: imported on first use, so `import rltap.train` needs no torch.
-# The weight syncs bring in the engines' HTTP client: imported on first use too.
-_SYNC = ("EmbeddedSync", "SGLangSync", "VLLMSync", "WeightSync", "save_weights", "weight_sync")
 _lazy_getattr = lazy_getattr(
     "rltap.train",
     globals(),
@@ -66,7 +55,6 @@ _lazy_getattr = lazy_getattr(
         **dict.fromkeys(
             ("tree_attention_mask", "tree_block_mask", "tree_mask_mod"), "rltap.train.masks"
         ),
-        **dict.fromkeys(_SYNC, "rltap.train.sync"),
     },
 )
 
