@@ -12,9 +12,14 @@ from typing import Any
 
 import pytest
 import torch
-from reload_server import VLLM_DEV_ROUTES, ReloadServer
 from safetensors.torch import load_file
-from transformers import Qwen2Config, Qwen2ForCausalLM
+from weight_testing import (
+    VLLM_DEV_ROUTES,
+    ReloadServer,
+    max_logprob_diff,
+    perturbed,
+    small_qwen2,
+)
 
 from rltap.areal import ArealEngine
 from rltap.engines.base import WeightFolder
@@ -24,27 +29,9 @@ from rltap.engines.transformers import TransformersEngine
 from rltap.engines.vllm import VLLMEngine
 from rltap.errors import EngineError, InvalidRequest
 from rltap.testing import ScriptedArealEngine
-from rltap.types import ModelRequest, ModelResponse
+from rltap.types import ModelRequest
 
 PROMPT = [151644, 872, 198, 9707, 11, 1246, 525, 498, 30, 151645, 198, 151644, 77091, 198]
-
-
-def _perturbed(model: Any, seed: int = 0) -> Any:
-    moved = copy.deepcopy(model)
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for parameter in moved.parameters():
-            parameter.add_(0.05 * torch.randn(parameter.shape, generator=generator))
-    return moved
-
-
-def _logprob_diff(model: Any, response: ModelResponse) -> float:
-    """Max abs difference between `response`'s logprobs and `model`'s own (T=1)."""
-    sequence = torch.tensor([response.input_tokens + response.output_tokens])
-    with torch.no_grad():
-        logprobs = torch.log_softmax(model(sequence).logits[0, :-1].float(), dim=-1)
-    picked = logprobs.gather(1, sequence[0, 1:, None])[:, 0][len(response.input_tokens) - 1 :]
-    return float((torch.tensor(response.output_logprobs) - picked).abs().max())
 
 
 def _absolute(path: Path) -> str:
@@ -65,7 +52,7 @@ async def test_transformers_engine_loads_a_saved_folder_in_place(
     tiny_model: Any, tmp_path: Path
 ) -> None:
     model = copy.deepcopy(tiny_model)
-    trainer = _perturbed(tiny_model)
+    trainer = perturbed(tiny_model)
     engine = TransformersEngine(model, eos_token_ids=[])
     try:
         weight = model.get_parameter("model.layers.0.mlp.down_proj.weight")
@@ -78,7 +65,7 @@ async def test_transformers_engine_loads_a_saved_folder_in_place(
     finally:
         await engine.close()
     assert response.output_versions == [1] * 8
-    assert _logprob_diff(trainer, response) <= 1e-5
+    assert max_logprob_diff(trainer, response) <= 1e-5
 
 
 async def test_an_incomplete_source_is_refused_unless_partial(tiny_model: Any) -> None:
@@ -99,18 +86,8 @@ async def test_an_incomplete_source_is_refused_unless_partial(tiny_model: Any) -
 
 
 async def test_tied_weights_saved_once_still_make_a_complete_folder(tmp_path: Path) -> None:
-    config = Qwen2Config(
-        vocab_size=64,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        tie_word_embeddings=True,
-    )
-    torch.manual_seed(0)
-    model = Qwen2ForCausalLM(config).eval()
-    trainer = _perturbed(model)
+    model = small_qwen2(tied=True)
+    trainer = perturbed(model)
     engine = TransformersEngine(model, eos_token_ids=[])
     try:
         await engine.update_weights(WeightFolder(tmp_path, _saver(trainer)), version=1)
@@ -127,7 +104,7 @@ async def test_scripted_engine_scores_with_the_new_weights(
     engine = ScriptedEngine(
         lambda m, t, turn: "hi", copy.deepcopy(tiny_model), tokenizer=qwen_tokenizer
     )
-    trainer = _perturbed(tiny_model, seed=2)
+    trainer = perturbed(tiny_model, seed=2)
     request = ModelRequest(input_ids=PROMPT, max_new_tokens=8)
     try:
         before = await engine.generate(request)
@@ -140,8 +117,8 @@ async def test_scripted_engine_scores_with_the_new_weights(
         await engine.close()
     assert before.output_tokens == after.output_tokens == restored.output_tokens
     assert after.output_versions == [1] * after.output_len
-    assert _logprob_diff(trainer, after) <= 1e-5
-    assert _logprob_diff(tiny_model, after) > 1e-2
+    assert max_logprob_diff(trainer, after) <= 1e-5
+    assert max_logprob_diff(tiny_model, after) > 1e-2
     assert restored.output_versions == [5] * restored.output_len
     assert restored.output_logprobs == pytest.approx(before.output_logprobs, abs=1e-6)
 
@@ -178,23 +155,27 @@ async def test_vllm_without_dev_mode_fails_before_saving(tmp_path: Path) -> None
     assert engine.version == 0
 
 
-async def test_vllm_failed_reload_says_the_server_stays_paused(tmp_path: Path) -> None:
-    routes = {**VLLM_DEV_ROUTES, "/collective_rpc": (500, {"error": "no such file"})}
-    async with ReloadServer(routes) as server:
+@pytest.mark.parametrize(
+    ("route", "reply", "error"),
+    [
+        pytest.param("/collective_rpc", (500, {"error": "no such file"}), "no such file", id="rpc"),
+        pytest.param(
+            "/reset_prefix_cache",
+            (200, {"success": False}),
+            "did not reset its prefix cache",
+            id="prefix-cache",
+        ),
+    ],
+)
+async def test_vllm_failure_after_the_pause_says_the_server_stays_paused(
+    tmp_path: Path, route: str, reply: tuple[int, Any], error: str
+) -> None:
+    async with ReloadServer({**VLLM_DEV_ROUTES, route: reply}) as server:
         engine = VLLMEngine(server.url, model="tiny")
-        with pytest.raises(EngineError, match=r"no such file.*stays paused"):
+        with pytest.raises(EngineError, match=rf"{error}.*stays paused"):
             await engine.update_weights(WeightFolder(tmp_path), version=1)
     assert engine.version == 0
     assert "/resume" not in server.paths()
-
-
-async def test_vllm_unreset_prefix_cache_fails_the_update(tmp_path: Path) -> None:
-    routes = {**VLLM_DEV_ROUTES, "/reset_prefix_cache": (200, {"success": False})}
-    async with ReloadServer(routes) as server:
-        engine = VLLMEngine(server.url, model="tiny")
-        with pytest.raises(EngineError, match=r"did not reset its prefix cache.*stays paused"):
-            await engine.update_weights(WeightFolder(tmp_path), version=1)
-    assert engine.version == 0
     assert "/update_weight_version" not in server.paths()
 
 

@@ -17,9 +17,15 @@ from typing import Any
 
 import pytest
 import torch
-from reload_server import VLLM_DEV_ROUTES, ReloadServer
 from safetensors.torch import load_file
-from transformers import Qwen2Config, Qwen2ForCausalLM
+from transformers import Qwen2ForCausalLM
+from weight_testing import (
+    VLLM_DEV_ROUTES,
+    ReloadServer,
+    max_logprob_diff,
+    perturbed,
+    small_qwen2,
+)
 
 from rltap.engines.scripted import ScriptedEngine
 from rltap.engines.sglang import SGLangEngine
@@ -30,30 +36,6 @@ from rltap.train.sync import weight_sync
 from rltap.types import ModelRequest, ModelResponse, StopReason
 
 PROMPT = [151644, 872, 198, 9707, 11, 1246, 525, 498, 30, 151645, 198, 151644, 77091, 198]
-
-
-def _perturbed(model: Any, seed: int = 0) -> Any:
-    """A copy of `model` with every weight moved by noise: the "trained" model."""
-    moved = copy.deepcopy(model)
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for parameter in moved.parameters():
-            parameter.add_(0.05 * torch.randn(parameter.shape, generator=generator))
-    return moved
-
-
-def _reference_logprobs(model: Any, response: ModelResponse) -> torch.Tensor:
-    """`model`'s own logprob (T=1) of each of `response`'s output tokens."""
-    sequence = torch.tensor([response.input_tokens + response.output_tokens])
-    with torch.no_grad():
-        logprobs = torch.log_softmax(model(sequence).logits[0, :-1].float(), dim=-1)
-    picked = logprobs.gather(1, sequence[0, 1:, None])[:, 0]
-    return picked[len(response.input_tokens) - 1 :]
-
-
-def _max_diff(response: ModelResponse, expected: torch.Tensor, part: slice) -> float:
-    got = torch.tensor(response.output_logprobs[part])
-    return float((got - expected[part]).abs().max())
 
 
 @pytest.fixture
@@ -68,7 +50,7 @@ async def engine(tiny_model: Any) -> AsyncIterator[TransformersEngine]:
 async def test_embedded_push_makes_the_engine_generate_with_the_trainer_weights(
     engine: TransformersEngine, tiny_model: Any
 ) -> None:
-    trainer = _perturbed(tiny_model)
+    trainer = perturbed(tiny_model)
     sync = weight_sync(engine, Path("unused"))
     # A model without the engine's weights is refused: they would silently stay old.
     with pytest.raises(EngineError, match="lacks"):
@@ -79,15 +61,14 @@ async def test_embedded_push_makes_the_engine_generate_with_the_trainer_weights(
     request = ModelRequest(input_ids=PROMPT, max_new_tokens=12, temperature=1.0, seed=5)
     response = await engine.generate(request)
     assert response.output_versions == [4] * 12
-    everything = slice(None)
-    assert _max_diff(response, _reference_logprobs(trainer, response), everything) <= 1e-5
-    assert _max_diff(response, _reference_logprobs(tiny_model, response), everything) > 1e-2
+    assert max_logprob_diff(trainer, response) <= 1e-5
+    assert max_logprob_diff(tiny_model, response) > 1e-2
 
 
 async def test_embedded_push_mid_request_continues_it_on_the_new_weights(
     engine: TransformersEngine, tiny_model: Any
 ) -> None:
-    trainer = _perturbed(tiny_model, seed=1)
+    trainer = perturbed(tiny_model, seed=1)
     sync = weight_sync(engine, Path("unused"))
     request = ModelRequest(input_ids=PROMPT, max_new_tokens=40, temperature=1.0, seed=9)
     response = ModelResponse(input_tokens=list(PROMPT))
@@ -105,9 +86,9 @@ async def test_embedded_push_mid_request_continues_it_on_the_new_weights(
     # Each token's logprob is its own model's over the whole sequence so far: the rows after
     # the push saw no KV cache of the old weights.
     old, new = slice(None, before), slice(before, None)
-    assert _max_diff(response, _reference_logprobs(tiny_model, response), old) <= 1e-5
-    assert _max_diff(response, _reference_logprobs(trainer, response), new) <= 1e-5
-    assert _max_diff(response, _reference_logprobs(tiny_model, response), new) > 1e-2
+    assert max_logprob_diff(tiny_model, response, old) <= 1e-5
+    assert max_logprob_diff(trainer, response, new) <= 1e-5
+    assert max_logprob_diff(tiny_model, response, new) > 1e-2
 
 
 # --- disk-based syncs against fake servers ---------------------------------------------------
@@ -115,17 +96,8 @@ async def test_embedded_push_mid_request_continues_it_on_the_new_weights(
 
 @pytest.fixture(scope="module")
 def small_model() -> Any:
-    """A Qwen2 small enough to save in milliseconds: the fakes only look at the files."""
-    config = Qwen2Config(
-        vocab_size=64,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-    )
-    torch.manual_seed(0)
-    return Qwen2ForCausalLM(config).eval()
+    """The fakes only look at the files."""
+    return small_qwen2()
 
 
 async def test_vllm_push_saves_then_reloads_through_the_dev_api(
@@ -184,7 +156,7 @@ async def test_vllm_push_without_dev_mode_fails_before_saving(
 
 
 async def test_scripted_push_scores_with_the_trainer_weights(tiny_model_dir: Path) -> None:
-    trainer = _perturbed(Qwen2ForCausalLM.from_pretrained(str(tiny_model_dir)).eval())
+    trainer = perturbed(Qwen2ForCausalLM.from_pretrained(str(tiny_model_dir)).eval())
     engine = ScriptedEngine(lambda messages, tools, turn: "hi there", tiny_model_dir)
     try:
         await weight_sync(engine, Path("unused")).push(trainer, 2)
@@ -192,4 +164,4 @@ async def test_scripted_push_scores_with_the_trainer_weights(tiny_model_dir: Pat
     finally:
         await engine.close()
     assert response.output_versions == [2] * response.output_len
-    assert _max_diff(response, _reference_logprobs(trainer, response), slice(None)) <= 1e-5
+    assert max_logprob_diff(trainer, response) <= 1e-5
