@@ -19,7 +19,7 @@ import torch
 from aiohttp import web
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from rltap.types import ModelResponse
+from rltap.record.types import ModelResponse
 
 __all__ = ["VLLM_DEV_ROUTES", "ReloadServer", "max_logprob_diff", "perturbed", "small_qwen2"]
 

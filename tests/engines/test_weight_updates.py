@@ -27,9 +27,9 @@ from rltap.engines.scripted import ScriptedEngine
 from rltap.engines.sglang import SGLangEngine
 from rltap.engines.transformers import TransformersEngine
 from rltap.engines.vllm import VLLMEngine
-from rltap.errors import EngineError, InvalidRequest
+from rltap.record.errors import EngineError, InvalidRequest
+from rltap.record.types import ModelRequest
 from rltap.testing import ScriptedArealEngine
-from rltap.types import ModelRequest
 
 PROMPT = [151644, 872, 198, 9707, 11, 1246, 525, 498, 30, 151645, 198, 151644, 77091, 198]
 

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import torch
 
 from rltap.engines.base import WeightSource
-from rltap.errors import EngineError
+from rltap.record.errors import EngineError
 
 __all__ = [
     "ModelHost",

@@ -27,8 +27,14 @@ import aiohttp
 
 from rltap.engines._http_client import EngineHTTPClient, iter_sse_data
 from rltap.engines.base import EngineBase, WeightFolder, WeightSource
-from rltap.errors import EngineError, InvalidRequest
-from rltap.types import LogprobConvention, ModelRequest, ModelResponse, StopReason, TokenChunk
+from rltap.record.errors import EngineError, InvalidRequest
+from rltap.record.types import (
+    LogprobConvention,
+    ModelRequest,
+    ModelResponse,
+    StopReason,
+    TokenChunk,
+)
 
 __all__ = ["EventReader", "HTTPEngineBase", "InflightRequests"]
 
