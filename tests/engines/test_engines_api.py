@@ -24,7 +24,8 @@ def test_all_is_the_declared_public_api() -> None:
 def test_every_engine_class_satisfies_the_protocol() -> None:
     for name in ("ScriptedEngine", "SGLangEngine", "TransformersEngine", "VLLMEngine"):
         cls = getattr(rltap.engines, name)
-        for member in ("generate", "stream", "abort", "start", "close", "set_version", "version"):
+        members = ("generate", "stream", "abort", "start", "close", "set_version", "version")
+        for member in (*members, "update_weights", "takes_state_dict"):
             assert hasattr(cls, member), f"{name} lacks {member}"
     assert isinstance(
         rltap.engines.create_engine("vllm", url="http://127.0.0.1:9"), InferenceEngine

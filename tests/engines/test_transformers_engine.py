@@ -301,7 +301,7 @@ async def test_update_weights_bumps_version_recorded_per_token(
     # A layer-0 weight: the cached keys and values of every later layer change with it.
     name = "model.layers.0.mlp.down_proj.weight"
     new_weights = {name: model.get_parameter(name).detach() * -3.0}
-    assert await eng.update_weights(new_weights) == 1
+    assert await eng.update_weights(new_weights, partial=True) == 1
     chunks += [chunk async for chunk in stream]
     versions = [v for c in chunks for v in c.versions]
     assert versions[:2] == [0, 0]
@@ -319,9 +319,9 @@ async def test_update_weights_bumps_version_recorded_per_token(
     assert (fresh[after] - logprobs[after]).abs().max() <= 1e-5
     eng.set_version(7)
     assert (await eng.generate(request(max_new_tokens=3))).output_versions == [7, 7, 7]
-    assert await eng.update_weights({}, version=9) == 9
+    assert await eng.update_weights({}, version=9, partial=True) == 9
     with pytest.raises(EngineError):
-        await eng.update_weights({"no.such.weight": torch.zeros(1)})
+        await eng.update_weights({"no.such.weight": torch.zeros(1)}, partial=True)
 
 
 async def test_a_failing_step_raises_engine_error_and_the_loop_survives(

@@ -17,7 +17,7 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 from rltap.areal.io_struct import request_classes, to_rltap_response
-from rltap.engines.base import EngineBase, InferenceEngine
+from rltap.engines.base import EngineBase, InferenceEngine, WeightSource
 from rltap.record.errors import EngineError, InvalidRequest, RltapError
 from rltap.record.types import LogprobConvention, ModelRequest, ModelResponse, TokenChunk
 
@@ -34,6 +34,8 @@ class ArealEngine(EngineBase):
     strings with it). `logprob_convention` says which distribution the engine's server returns
     logprobs from (vLLM's default: raw). `lora_name` is AReaL's per-request adapter name.
     """
+
+    takes_state_dict = False
 
     def __init__(
         self,
@@ -65,6 +67,15 @@ class ArealEngine(EngineBase):
             msg = f"{type(self.engine).__name__} has no set_version(version)"
             raise TypeError(msg)
         set_version(version)
+
+    async def update_weights(self, source: WeightSource, *, version: int | None = None) -> int:
+        """Refused: AReaL's trainer updates its engines' weights itself (the AReaL engine's
+        own `update_weights`); rltap reads the version they reach from `get_version`."""
+        msg = (
+            "rltap does not update an AReaL engine's weights: AReaL's trainer does, with the "
+            "engine's own update_weights"
+        )
+        raise InvalidRequest(msg)
 
     def areal_request(self, request: ModelRequest) -> Any:
         """rltap's request as the AReaL `ModelRequest` the engine takes."""

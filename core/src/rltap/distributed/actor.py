@@ -1,6 +1,6 @@
 """`RolloutActor`: one engine replica, its own proxy on 127.0.0.1 and the agent's workflow, in
 one Ray actor process. The driver hands it episodes (`run_lines`) and, in training, weights
-(`load_state` from the object store, `load_shards` for a server reading a shared folder).
+(`update_weights`: a state dict from the object store, or a folder a server reads).
 
 The agent runs inside the actor, inline (in its event loop) or in its subprocess pool, and
 talks to this actor's proxy: its `base_url` is the actor's, so agent code and framework
@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rltap.config import RolloutConfig
@@ -21,9 +20,7 @@ from rltap.rollout_io import EpisodeLines
 from rltap.serving import Serving, local_workflow
 
 if TYPE_CHECKING:
-    import torch
-
-    from rltap.engines.base import InferenceEngine
+    from rltap.engines.base import InferenceEngine, WeightSource
 
 __all__ = ["ActorInfo", "RolloutActor"]
 
@@ -72,29 +69,10 @@ class RolloutActor:
         assert self._episodes is not None, "start() first"
         return await self._episodes.run_lines(row, episode, data)
 
-    async def load_state(self, state: dict[str, torch.Tensor], version: int) -> int:
-        """The trainer's weights (resolved by Ray from the object store) into the embedded
-        engine; returns the engine's version."""
-        from rltap.train.sync import EmbeddedSync, weight_sync
-
-        sync = weight_sync(self._engine(), Path("."))
-        if not isinstance(sync, EmbeddedSync):
-            msg = f"load_state needs an embedded engine, not {type(self._engine()).__name__}"
-            raise TypeError(msg)
-        await sync.push_state(state, version)
-        return self.version()
-
-    async def load_shards(self, folder: str, version: int) -> int:
-        """Have this actor's vLLM or SGLang server load the shards the trainer saved in
-        `folder` (a disk the server shares); returns the engine's version."""
-        from rltap.train.sync import DiskSync, weight_sync
-
-        sync = weight_sync(self._engine(), Path(folder))
-        if not isinstance(sync, DiskSync):
-            msg = f"load_shards needs a vLLM or SGLang engine, not {type(self._engine()).__name__}"
-            raise TypeError(msg)
-        await sync.push_saved(version)
-        return self.version()
+    async def update_weights(self, source: WeightSource, version: int) -> int:
+        """The trainer's weights into this actor's engine (a state dict Ray resolved from the
+        object store, or a `WeightFolder` its server reads); returns the engine's version."""
+        return await self._engine().update_weights(source, version=version)
 
     def version(self) -> int:
         return self._engine().version

@@ -1,11 +1,10 @@
 """`RayWeightSync`: the trainer's weights into every rollout actor's engine after an update.
 
-Embedded engines get the state dict through Ray's object store (put once, read by each
-actor's node) and copy it in place (`rltap.train.sync.EmbeddedSync`). vLLM and SGLang servers
-load shards the trainer saves once into `folder`, which each server must read (one machine or
-a shared disk), through the same development API calls as on one machine
-(`rltap.train.sync.DiskSync.push_saved`). `push` returns once every live actor answered with
-the new version, so the next step's rollouts all start on it.
+Each actor hands them to its engine's `update_weights`, as on one machine. Embedded engines get
+the state dict through Ray's object store (put once, read by each actor's node) and copy it in
+place. vLLM and SGLang servers load the shards the trainer saves once into `folder`, which each
+server must read (one machine or a shared disk). `push` returns once every live actor answered
+with the new version, so the next step's rollouts all start on it.
 """
 
 from __future__ import annotations
@@ -15,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from rltap.distributed.cluster import require_ray
 from rltap.distributed.pool import ActorPool
+from rltap.engines.base import WeightFolder, save_weights
 from rltap.record.errors import EngineError
-from rltap.train.sync import save_weights
 
 if TYPE_CHECKING:
     import torch
@@ -38,19 +37,16 @@ class RayWeightSync:
         self.embedded = embedded
 
     async def push(self, model: torch.nn.Module, version: int) -> None:
+        source: Any
         if self.embedded:
-            ray = require_ray()
             state = {name: value.detach().cpu() for name, value in model.state_dict().items()}
-            ref = ray.put(state)
-
-            def call(actor: Any) -> Any:
-                return actor.load_state.remote(ref, version)
+            source = require_ray().put(state)  # each actor gets the state dict Ray resolves
         else:
             await save_weights(model, self.folder)
-            folder = str(self.folder)
+            source = WeightFolder(self.folder)  # saved already: the actors' servers load it
 
-            def call(actor: Any) -> Any:
-                return actor.load_shards.remote(folder, version)
+        def call(actor: Any) -> Any:
+            return actor.update_weights.remote(source, version)
 
         versions = await self.pool.broadcast(call)
         if any(answered != version for answered in versions):

@@ -10,13 +10,14 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
 
+from rltap.engines.base import WeightSource
 from rltap.record.errors import EngineError
 
 __all__ = [
@@ -26,7 +27,10 @@ __all__ = [
     "cache_kwarg",
     "context_limit",
     "default_eos_ids",
+    "load_weights",
+    "read_weight_folder",
     "resolve_dtype",
+    "state_of",
     "teacher_forced_logprobs",
 ]
 
@@ -166,13 +170,15 @@ class ModelHost:
         )
         return model, tokenizer
 
-    async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run `fn(*args)` on the worker thread under `torch.inference_mode`."""
+    async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run `fn(*args, **kwargs)` on the worker thread under `torch.inference_mode`."""
         if self._executor is None:
             msg = "engine is not started"
             raise EngineError(msg)
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, functools.partial(_no_grad, fn, *args))
+        return await loop.run_in_executor(
+            self._executor, functools.partial(_no_grad, fn, *args, **kwargs)
+        )
 
     async def close(self) -> None:
         """Stop the worker thread after the call in progress (the model stays loaded)."""
@@ -181,9 +187,9 @@ class ModelHost:
             await asyncio.get_running_loop().run_in_executor(None, executor.shutdown, True)
 
 
-def _no_grad(fn: Callable[..., T], *args: Any) -> T:
+def _no_grad(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     with torch.inference_mode():
-        return fn(*args)
+        return fn(*args, **kwargs)
 
 
 def cache_kwarg(model: Any) -> str:
@@ -231,3 +237,57 @@ def teacher_forced_logprobs(
     logprobs = torch.log_softmax(logits.float() / temperature, dim=-1)
     target = ids[0, -n_out:]
     return [float(x) for x in logprobs.gather(1, target[:, None]).squeeze(1).tolist()]
+
+
+def read_weight_folder(folder: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of the `*.safetensors` shards in `folder` (a `save_pretrained` output)."""
+    from safetensors.torch import load_file
+
+    shards = sorted(folder.glob("*.safetensors"))
+    if not shards:
+        msg = f"no *.safetensors shards in {folder}"
+        raise EngineError(msg)
+    state: dict[str, torch.Tensor] = {}
+    for shard in shards:
+        state.update(load_file(str(shard)))
+    return state
+
+
+async def state_of(source: WeightSource) -> Mapping[str, torch.Tensor]:
+    """`source` as a state dict: itself, or its folder's shards (written first if it says how,
+    read on a thread of their own, not the engine's worker)."""
+    if isinstance(source, Mapping):
+        return source
+    return await asyncio.to_thread(read_weight_folder, await source.written())
+
+
+def load_weights(model: Any, state: Mapping[str, torch.Tensor], *, partial: bool) -> None:
+    """Copy `state` into `model`'s own tensors (in place: no second copy of the model).
+
+    Unless `partial`, every weight of the model must be in `state`, or one aliasing it (tied
+    weights, which `save_pretrained` writes once): one left out would silently keep its value.
+    """
+    own = model.state_dict()
+    if not partial:
+        given = {(own[name].data_ptr(), own[name].shape) for name in state if name in own}
+        missing = sorted(
+            name
+            for name in own.keys() - state.keys()
+            if (own[name].data_ptr(), own[name].shape) not in given
+        )
+        if missing:
+            msg = (
+                f"the new weights' source lacks {len(missing)} of the engine's {len(own)} "
+                f"weights (first: {missing[:5]}); is the trainer model the same architecture, "
+                "unwrapped? (partial=True updates a subset)"
+            )
+            raise EngineError(msg)
+    unknown = sorted(state.keys() - own.keys())
+    if unknown:
+        msg = f"unknown weight names: {unknown[:5]}"
+        raise EngineError(msg)
+    try:
+        model.load_state_dict(dict(state), strict=False)
+    except RuntimeError as exc:  # a shape that differs from the engine's
+        msg = f"cannot load weights: {exc}"
+        raise EngineError(msg) from exc

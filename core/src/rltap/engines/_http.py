@@ -5,6 +5,11 @@ loop and one aborted response.
 server-sent events and handles aborts and a stream that ends without a finish reason; each
 engine supplies the request body (`request_body`) and how one event becomes a chunk
 (`event_reader`). Client and server failures arrive as `EngineError`s from `EngineHTTPClient`.
+
+`update_weights` is one too: the server loads a `WeightFolder` it can read (same machine or a
+shared disk). It checks the server can (`check_weight_reload`), has the folder written, then
+has the server load it (`reload_weights`), on a client of its own: a connection limit on the
+engine never holds a weight update up behind generations that a paused server does not answer.
 """
 
 from __future__ import annotations
@@ -15,13 +20,14 @@ import time
 from abc import abstractmethod
 from collections.abc import AsyncGenerator, Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 import aiohttp
 
 from rltap.engines._http_client import EngineHTTPClient, iter_sse_data
-from rltap.engines.base import EngineBase
-from rltap.record.errors import EngineError
+from rltap.engines.base import EngineBase, WeightFolder, WeightSource
+from rltap.record.errors import EngineError, InvalidRequest
 from rltap.record.types import (
     LogprobConvention,
     ModelRequest,
@@ -103,6 +109,7 @@ class HTTPEngineBase(EngineBase):
 
     engine_name: ClassVar[str] = "engine"
     request_path: ClassVar[str]  # the route that generates, streamed or not
+    takes_state_dict = False
 
     def __init__(
         self,
@@ -174,6 +181,34 @@ class HTTPEngineBase(EngineBase):
             constrained=request.constraint is not None,
             latency=time.perf_counter() - started,
         )
+
+    async def update_weights(self, source: WeightSource, *, version: int | None = None) -> int:
+        """Have the server load the weights in `source` (a `WeightFolder` it can read, saved
+        by `source.save` once the server is known to take them); return the new version."""
+        if not isinstance(source, WeightFolder):
+            msg = (
+                f"{self.engine_name} loads new weights from a folder its server reads: pass a "
+                "WeightFolder (rltap.engines.base), not a state dict"
+            )
+            raise InvalidRequest(msg)
+        client = self._client.detached()
+        try:
+            await self.check_weight_reload(client)
+            folder = await source.written()
+            await self.reload_weights(client, folder, self.next_version(version))
+        finally:
+            await client.close()
+        return self._version
+
+    @abstractmethod
+    async def check_weight_reload(self, client: EngineHTTPClient) -> None:
+        """Fail before the save (which takes a while for a large model) if the server lacks
+        what `reload_weights` needs."""
+
+    @abstractmethod
+    async def reload_weights(self, client: EngineHTTPClient, folder: Path, version: int) -> None:
+        """Have the server load the shards in `folder`; move the engine's version to `version`
+        once the requests it will serve next generate with them."""
 
     async def close(self) -> None:
         """Close the HTTP session. Requests in flight fail; the engine can be started again."""

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -17,7 +18,7 @@ import orjson
 
 from rltap.engines._http_errors import error_for_status, map_http_errors
 
-__all__ = ["EngineHTTPClient", "iter_sse_data"]
+__all__ = ["EngineHTTPClient", "HTTPReply", "iter_sse_data"]
 
 _KEEPALIVE_SECONDS = 4.0
 
@@ -47,6 +48,14 @@ async def iter_sse_data(response: aiohttp.ClientResponse) -> AsyncIterator[bytes
         del buffer[:start]
     if data and (payload := b"\n".join(data)) != b"[DONE]":
         yield payload
+
+
+class HTTPReply(NamedTuple):
+    """A reply whatever its status (`EngineHTTPClient.request`)."""
+
+    status: int
+    data: Any  # the decoded JSON body; None when empty or not JSON, as some routes answer
+    payload: bytes
 
 
 class EngineHTTPClient:
@@ -93,6 +102,16 @@ class EngineHTTPClient:
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
+    def detached(self) -> EngineHTTPClient:
+        """A client to the same server with the same key and timeouts but connections of its
+        own, without a connection limit: a call on it never waits behind this client's
+        requests in flight (which a paused server does not answer)."""
+        other = copy.copy(self)
+        other._max_connections = 0
+        other._session = None
+        other._loop = None
+        return other
+
     def session(self) -> aiohttp.ClientSession:
         """The session for the running loop (a new loop, as in tests, gets a new session)."""
         loop = asyncio.get_running_loop()
@@ -137,6 +156,25 @@ class EngineHTTPClient:
     async def get_json(self, path: str) -> Any:
         """GET `path` and decode its JSON body."""
         return await self._call_json("GET", path, None)
+
+    async def request(
+        self, method: str, path: str, body: dict[str, Any] | None = None, **params: str
+    ) -> HTTPReply:
+        """Send `body` as JSON to `path` (with query `params`); the reply, whatever its status
+        (a server's control routes answer errors that callers read)."""
+        url = self.base_url + path
+        data = None if body is None else orjson.dumps(body)
+        with map_http_errors(self.engine, url):
+            request = self.session().request(
+                method, url, params=params, data=data, allow_redirects=False
+            )
+            async with request as response:
+                payload = await response.read()
+        try:
+            decoded = orjson.loads(payload) if payload.strip() else None
+        except orjson.JSONDecodeError:
+            decoded = None
+        return HTTPReply(response.status, decoded, payload)
 
     async def close(self) -> None:
         """Close the connections; the next request opens new ones."""

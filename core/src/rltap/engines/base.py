@@ -1,16 +1,64 @@
-"""The protocol every inference engine implements, and the base class rltap's engines share."""
+"""The protocol every inference engine implements, and the base class rltap's engines share.
+
+Weight updates follow one shape for every engine (verl's `BaseRollout.update_weights`): the
+engine is handed the new weights and the policy version they are, and returns once it
+generates with them. The weights are a `WeightSource`: a state dict of this process, which an
+engine running here copies in place, or a `WeightFolder` (a Hugging Face folder of safetensors
+shards), which a server engine has its server load. `takes_state_dict` says which one an engine
+wants, so a trainer saves to disk only for an engine that needs it.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncGenerator
-from typing import Protocol, runtime_checkable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeAlias, runtime_checkable
 
 from rltap.record.types import LogprobConvention, ModelRequest, ModelResponse, TokenChunk
 
-__all__ = ["EngineBase", "InferenceEngine"]
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "EngineBase",
+    "InferenceEngine",
+    "WeightFolder",
+    "WeightSource",
+    "save_weights",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class WeightFolder:
+    """Weights as a Hugging Face folder (config and `*.safetensors` shards) at `path`.
+
+    `save`, when given, writes the weights there: the engine calls it once it has checked that
+    it can load weights at all, so a server that cannot fails before a long save. Without it
+    the folder is already written (by a trainer on a disk this machine shares). A server engine
+    sends `path` resolved here; the server must read it (same machine or a shared disk).
+
+    Usage:
+        await engine.update_weights(WeightFolder(Path("RUN/sync"), save=write_model), version=3)
+    """
+
+    path: Path
+    save: Callable[[Path], Awaitable[None]] | None = None
+
+    async def written(self) -> Path:
+        """The absolute folder, after `save` (if any) wrote it."""
+        path = self.path.resolve()
+        if self.save is not None:
+            await self.save(path)
+        return path
+
+
+# A state dict (parameter name -> tensor), or a folder of saved weights.
+WeightSource: TypeAlias = "Mapping[str, torch.Tensor] | WeightFolder"
 
 
 @runtime_checkable
@@ -24,6 +72,9 @@ class InferenceEngine(Protocol):
     """
 
     logprob_convention: LogprobConvention
+    # True: `update_weights` takes a state dict (the engine runs in this process); False: it
+    # needs a `WeightFolder` its server reads.
+    takes_state_dict: ClassVar[bool]
 
     @property
     def version(self) -> int:
@@ -31,7 +82,14 @@ class InferenceEngine(Protocol):
         ...
 
     def set_version(self, version: int) -> None:
-        """Declare the policy version after a trainer pushed new weights."""
+        """Declare the policy version (weights changed by someone else than `update_weights`)."""
+        ...
+
+    async def update_weights(self, source: WeightSource, *, version: int | None = None) -> int:
+        """Generate with the weights of `source` from now on, tokens stamped `version` (default:
+        the current version plus one); returns the new version. Every weight of the engine's
+        model must be in `source`. A failed update raises `EngineError` and keeps the version;
+        a source the engine cannot take raises `InvalidRequest`."""
         ...
 
     async def generate(self, request: ModelRequest) -> ModelResponse: ...
@@ -52,9 +110,10 @@ class InferenceEngine(Protocol):
 class EngineBase(ABC):
     """What rltap's engines share: the policy-version counter stamped on the tokens they hand
     out, and `generate` as `stream` collected (an engine with a cheaper one-shot call overrides
-    it). A subclass implements `stream`, `abort`, `start` and `close`."""
+    it). A subclass implements `stream`, `abort`, `start`, `close` and `update_weights`."""
 
     logprob_convention: LogprobConvention
+    takes_state_dict: ClassVar[bool]
 
     def __init__(self, *, version: int = 0) -> None:
         self._version = version
@@ -65,8 +124,12 @@ class EngineBase(ABC):
         return self._version
 
     def set_version(self, version: int) -> None:
-        """Declare the policy version after a trainer pushed new weights."""
+        """Declare the policy version (weights changed by someone else than `update_weights`)."""
         self._version = version
+
+    def next_version(self, version: int | None) -> int:
+        """The version an update to `version` moves to (None: the current one plus one)."""
+        return self._version + 1 if version is None else version
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
         """Run `request` to completion: `stream` collected into one response."""
@@ -83,6 +146,10 @@ class EngineBase(ABC):
         return response
 
     @abstractmethod
+    async def update_weights(self, source: WeightSource, *, version: int | None = None) -> int:
+        """Generate with `source`'s weights from now on; returns the new version."""
+
+    @abstractmethod
     def stream(self, request: ModelRequest) -> AsyncGenerator[TokenChunk, None]:
         """Yield `request`'s tokens as they are produced; the last chunk has the stop reason."""
 
@@ -97,3 +164,21 @@ class EngineBase(ABC):
     @abstractmethod
     async def close(self) -> None:
         """Release what `start` acquired; requests in flight end."""
+
+
+async def save_weights(model: Any, folder: Path) -> None:
+    """Write `model` as a Hugging Face folder (config and safetensors shards) into `folder`,
+    off the event loop; a previous save's shards are replaced."""
+    save = getattr(model, "save_pretrained", None)
+    if not callable(save):
+        msg = (
+            "saving weights for a server engine takes save_pretrained (a Hugging Face "
+            f"PreTrainedModel); got {type(model).__name__}"
+        )
+        raise TypeError(msg)
+
+    def write() -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        save(str(folder))
+
+    await asyncio.to_thread(write)

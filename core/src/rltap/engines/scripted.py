@@ -32,10 +32,12 @@ from rltap.engines._hf import (
     ModelSource,
     TokenizerSource,
     context_limit,
+    load_weights,
+    state_of,
     teacher_forced_logprobs,
 )
 from rltap.engines._sampling import StopCriteria
-from rltap.engines.base import EngineBase
+from rltap.engines.base import EngineBase, WeightSource
 from rltap.record.errors import ContextLengthExceeded, EngineError
 from rltap.record.types import LogprobConvention, ModelRequest, StopReason, TokenChunk
 
@@ -92,6 +94,7 @@ class ScriptedEngine(EngineBase):
     """
 
     logprob_convention: LogprobConvention = LogprobConvention.RAW
+    takes_state_dict = True
 
     def __init__(
         self,
@@ -176,10 +179,9 @@ class ScriptedEngine(EngineBase):
             output, reason = self._cut(request, await self._reply_ids(request, messages, turn))
             if request.constraint is not None:
                 await asyncio.to_thread(self._check_constraint, request, output, turn)
-            logprobs = await self._host.run(
-                teacher_forced_logprobs, self._host.model, request.input_ids, output
-            )
-            chunks = self._chunks(output, logprobs, reason, self._failures.get(turn), turn)
+            logprobs, version = await self._host.run(self._score, request.input_ids, output)
+            failure = self._failures.get(turn)
+            chunks = self._chunks(output, logprobs, version, reason, failure, turn)
             async for chunk in chunks:
                 if aborted.is_set():
                     yield TokenChunk(
@@ -239,15 +241,39 @@ class ScriptedEngine(EngineBase):
                 return ids[:n], reason
         return ids, StopReason.STOP  # unreachable: the end token always stops
 
+    def _score(self, input_ids: list[int], output: list[int]) -> tuple[list[float], int]:
+        """On the worker thread: the output's logprobs and the version of the weights that
+        scored them (an update swaps both on this thread, between two scorings)."""
+        logprobs = teacher_forced_logprobs(self._host.model, input_ids, output)
+        return logprobs, self._version
+
+    async def update_weights(
+        self, source: WeightSource, *, version: int | None = None, partial: bool = False
+    ) -> int:
+        """Copy `source`'s weights (a state dict, or a `WeightFolder` of safetensors shards)
+        into the scoring model in place; replies scored from then on carry the new version
+        (`version`, or the current one plus one), which is returned. Every weight must be in
+        `source` unless `partial`."""
+        await self.start()
+        state = await state_of(source)
+        new_version = self.next_version(version)
+
+        def load() -> None:
+            load_weights(self._host.model, state, partial=partial)
+            self._version = new_version
+
+        await self._host.run(load)
+        return self._version
+
     async def _chunks(
         self,
         output: list[int],
         logprobs: list[float],
+        version: int,
         reason: StopReason,
         failure: Failure | None,
         turn: int,
     ) -> AsyncGenerator[TokenChunk, None]:
-        version = self._version
         step = 1 if self._token_delay > 0 or failure is not None else len(output)
         # A failure always comes before the final chunk: a stream that ended cleanly never fails.
         fail_at = min(self._fail_after_tokens, len(output) - 1)

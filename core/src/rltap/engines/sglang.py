@@ -24,17 +24,24 @@ A `Constraint` goes in SGLang's sampling parameters: a reply that is one JSON va
 `ebnf` holding the llguidance Lark grammar, which needs a server started with
 `--grammar-backend llguidance` (its `ebnf` reads Lark; xgrammar, the default, reads GBNF only).
 The logprobs keep the server's convention, as without one.
+
+`update_weights(WeightFolder(...))` is SGLang's `POST /update_weights_from_disk` with
+`model_path` (and SGLang's own `weight_version`): SGLang waits for the requests in flight, loads
+the weights, flushes its prefix cache and answers `{"success", "message"}` (HTTP 400 when
+`success` is false). rltap's version moves once SGLang answered.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import orjson
 
 from rltap.engines._http import EventReader, HTTPEngineBase
+from rltap.engines._http_client import EngineHTTPClient
 from rltap.engines._http_errors import error_for_status
 from rltap.record.errors import EngineError
 from rltap.record.types import (
@@ -258,3 +265,20 @@ class SGLangEngine(HTTPEngineBase):
             # The server cannot be asked: drop the connection, which SGLang also treats as
             # an abort; the request ends as aborted, without its partial output.
             self._inflight.abort(request_id)
+
+    async def check_weight_reload(self, client: EngineHTTPClient) -> None:
+        """Nothing to probe: `/update_weights_from_disk` is part of every SGLang server."""
+
+    async def reload_weights(self, client: EngineHTTPClient, folder: Path, version: int) -> None:
+        body = {"model_path": str(folder), "weight_version": str(version)}
+        reply = await client.request("POST", "/update_weights_from_disk", body)
+        # A failed load answers HTTP 400 with the same fields as a success.
+        if not (isinstance(reply.data, dict) and "success" in reply.data):
+            if reply.status >= 400:
+                raise error_for_status(client.engine, reply.status, reply.payload)
+            msg = f"{_ENGINE} sent no success field: {reply.payload[:500]!r}"
+            raise EngineError(msg)
+        if reply.data["success"] is not True:
+            msg = f"{_ENGINE} could not load the weights in {folder}: {reply.data.get('message')}"
+            raise EngineError(msg)
+        self._version = version

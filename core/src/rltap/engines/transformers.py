@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 import torch
@@ -31,10 +31,12 @@ from rltap.engines._hf import (
     cache_kwarg,
     context_limit,
     default_eos_ids,
+    load_weights,
+    state_of,
 )
 from rltap.engines._sampling import MaskWorker, RowSampler, StopCriteria, sample_rows
 from rltap.engines._slots import Emission, Slot, abort_chunk, merge_chunks
-from rltap.engines.base import EngineBase
+from rltap.engines.base import EngineBase, WeightSource
 from rltap.record.errors import (
     Conflict,
     ContextLengthExceeded,
@@ -61,7 +63,7 @@ class TransformersEngine(EngineBase):
         response = await engine.generate(ModelRequest(input_ids=ids, max_new_tokens=64))
         async for chunk in engine.stream(ModelRequest(input_ids=ids, temperature=0.7, seed=1)):
             print(chunk.token_ids, chunk.logprobs, chunk.versions)
-        await engine.update_weights(trainer_state_dict)  # version 0 -> 1
+        await engine.update_weights(trainer_model.state_dict())  # version 0 -> 1
         await engine.close()
 
     `model` is a checkpoint folder or an already loaded model; `tokenizer` defaults to the model
@@ -71,6 +73,7 @@ class TransformersEngine(EngineBase):
     """
 
     logprob_convention: LogprobConvention = LogprobConvention.TEMPERATURE_SCALED
+    takes_state_dict = True
 
     def __init__(
         self,
@@ -269,37 +272,33 @@ class TransformersEngine(EngineBase):
 
     async def update_weights(
         self,
-        state_dict: Mapping[str, torch.Tensor],
+        source: WeightSource,
         *,
         version: int | None = None,
+        partial: bool = False,
         recompute_cache: bool = True,
     ) -> int:
-        """Load (possibly partial) weights between two decode steps; return the new version.
+        """Copy `source`'s weights into the model between two decode steps, in place; return
+        the new version (`version`, or the current one plus one).
 
-        The version becomes `version`, or the current one plus one. Requests in flight keep
-        going: tokens after the update carry the new version, and with `recompute_cache` their
-        KV cache is rebuilt with the new weights (prompt and output so far are prefilled again).
+        `source` is a state dict (a trainer in this process, or one Ray resolved from its
+        object store) or a `WeightFolder` of safetensors shards. Every weight must be in it
+        unless `partial`. Requests in flight keep going: tokens after the update carry the
+        new version, and with `recompute_cache` their KV cache is rebuilt with the new weights
+        (prompt and output so far are prefilled again), so one reply may hold tokens of two
+        versions, each recorded as what produced it.
         """
         await self.start()
         assert self._step_lock is not None
+        state = await state_of(source)  # before the lock: reading shards holds up no step
         async with self._step_lock:
-            await self._host.run(self._load_state_dict, dict(state_dict))
-            self._version = self._version + 1 if version is None else version
+            await self._host.run(load_weights, self._host.model, state, partial=partial)
+            self._version = self.next_version(version)
             if recompute_cache:
                 rows = [slot for slot in self._batch.rows if not slot.finished]
                 self._batch.reset()
                 self._pending.extendleft(reversed(rows))
         return self._version
-
-    def _load_state_dict(self, state_dict: dict[str, torch.Tensor]) -> None:
-        try:
-            result = self._host.model.load_state_dict(state_dict, strict=False)
-        except RuntimeError as exc:
-            msg = f"cannot load weights: {exc}"
-            raise EngineError(msg) from exc
-        if result.unexpected_keys:
-            msg = f"unknown weight names: {sorted(result.unexpected_keys)[:5]}"
-            raise EngineError(msg)
 
     # -- the decode loop ---------------------------------------------------------------------
 

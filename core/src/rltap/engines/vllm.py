@@ -21,6 +21,20 @@ moves after a trainer pushed new weights, and stamps it on every token it receiv
 
 Closing a stream (or `abort(request_id)`) drops the HTTP connection; vLLM aborts a request
 whose client disconnected and frees its slot.
+
+`update_weights(WeightFolder(...))` reloads the weights through vLLM's development API, which a
+server started with `VLLM_SERVER_DEV_MODE=1` exposes (vLLM >= 0.32): `GET /is_paused` first (a
+server without the API fails before the folder is saved), then `POST /pause?mode=wait`,
+`POST /collective_rpc` running the workers' `reload_weights` from the folder,
+`POST /reset_prefix_cache` (cached prefixes hold KV of the old weights),
+`POST /update_weight_version`, and `POST /resume`. `mode=wait` lets the requests in flight
+finish with the old weights (every one of their tokens is the old version, as stamped) and
+holds new ones until the resume: `abort` would throw rollouts away and `keep` would continue
+them on KV caches computed with the old weights. A long generation therefore delays the update.
+rltap's version moves just before the resume, because the held requests start the moment vLLM
+resumes and their first tokens must carry the new version; the requests that finished under
+`wait` had been answered before `/pause` returned. If a step after the pause fails, vLLM stays
+paused (its weights may be half loaded) and the error says so.
 """
 
 from __future__ import annotations
@@ -28,11 +42,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
+from pathlib import Path
 from typing import Any
 
 import orjson
 
 from rltap.engines._http import EventReader, HTTPEngineBase
+from rltap.engines._http_client import EngineHTTPClient
 from rltap.engines._http_errors import error_for_status
 from rltap.record.errors import EngineError
 from rltap.record.types import (
@@ -48,6 +64,7 @@ __all__ = ["VLLMEngine", "completion_body"]
 
 _ENGINE = "vLLM"
 _COMPLETIONS = "/v1/completions"
+_DEV_MODE = "VLLM_SERVER_DEV_MODE=1"
 
 
 def completion_body(request: ModelRequest, model: str | None, *, stream: bool) -> dict[str, Any]:
@@ -256,3 +273,48 @@ class VLLMEngine(HTTPEngineBase):
     async def abort(self, request_id: str) -> None:
         """Abort a request in flight by dropping its connection; a no-op if it is done."""
         self._inflight.abort(request_id)
+
+    async def check_weight_reload(self, client: EngineHTTPClient) -> None:
+        await _dev_call(client, "GET", "/is_paused")
+
+    async def reload_weights(self, client: EngineHTTPClient, folder: Path, version: int) -> None:
+        await _dev_call(client, "POST", "/pause", {}, mode="wait")
+        try:
+            await self._reload_paused(client, folder, version)
+        except EngineError as exc:
+            msg = (
+                f"{exc.message}; vLLM stays paused (its weights may be half loaded): update "
+                "again, or POST /resume to serve what it holds"
+            )
+            raise EngineError(msg, is_retryable=exc.is_retryable) from exc
+        await _dev_call(client, "POST", "/resume", {})
+
+    async def _reload_paused(self, client: EngineHTTPClient, folder: Path, version: int) -> None:
+        rpc = {"method": "reload_weights", "kwargs": {"weights_path": str(folder)}}
+        await _dev_call(client, "POST", "/collective_rpc", rpc)
+        reset = await _dev_call(client, "POST", "/reset_prefix_cache", {})
+        if not (isinstance(reset, dict) and reset.get("success") is True):
+            msg = f"vLLM did not reset its prefix cache after reloading the weights: {reset}"
+            raise EngineError(msg)
+        await _dev_call(client, "POST", "/update_weight_version", {"new_version": str(version)})
+        self._version = version
+
+
+async def _dev_call(
+    client: EngineHTTPClient,
+    method: str,
+    path: str,
+    body: dict[str, Any] | None = None,
+    **params: str,
+) -> Any:
+    """One call of vLLM's development API; its decoded reply."""
+    reply = await client.request(method, path, body, **params)
+    if reply.status == 404:
+        msg = (
+            f"vLLM at {client.base_url} has no {path} route: updating its weights needs vLLM's "
+            f"development API; start the server with {_DEV_MODE} in its environment"
+        )
+        raise EngineError(msg)
+    if reply.status >= 400:
+        raise error_for_status(client.engine, reply.status, reply.payload)
+    return reply.data

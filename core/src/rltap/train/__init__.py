@@ -1,25 +1,28 @@
-"""Training on rltap's data: tree-packed trajectories (`rltap.record.pack`), a torch model."""
+"""Training on rltap's data: tree-packed trajectories (`rltap.record.pack`) through a torch model.
+
+torch is imported here, at the top: `rltap.train` is the trainer, and only the layers above it
+(the training loop's callers, the CLI) import it; the data it trains on lives in `rltap.record`.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from rltap._lazy import require_module
 
-from rltap._lazy import lazy_getattr
-from rltap.train.batches import micro_batches, split_pack
-from rltap.train.forward import Attention, packed_logprobs
-from rltap.train.layouts import VERL_KEYS, leaf_values, verl_batch
-from rltap.train.run_dir import METRICS, REWARD_PLOT, TENSORBOARD, TRAIN_EXTRA, Checkpoint, RunDir
+require_module("torch", "rltap[embedded]", "rltap.train")
 
-if TYPE_CHECKING:
-    from rltap.train.masks import tree_attention_mask, tree_block_mask, tree_mask_mod
-    from rltap.train.sync import (
-        EmbeddedSync,
-        SGLangSync,
-        VLLMSync,
-        WeightSync,
-        save_weights,
-        weight_sync,
-    )
+from rltap.train.batches import micro_batches, split_pack  # noqa: E402
+from rltap.train.forward import Attention, packed_logprobs  # noqa: E402
+from rltap.train.layouts import VERL_KEYS, leaf_values, verl_batch  # noqa: E402
+from rltap.train.masks import tree_attention_mask, tree_block_mask, tree_mask_mod  # noqa: E402
+from rltap.train.run_dir import (  # noqa: E402
+    METRICS,
+    REWARD_PLOT,
+    TENSORBOARD,
+    TRAIN_EXTRA,
+    Checkpoint,
+    RunDir,
+)
+from rltap.train.sync import WeightSync, save_weights, weight_source, weight_sync  # noqa: E402
 
 __all__ = [
     "METRICS",
@@ -29,10 +32,7 @@ __all__ = [
     "VERL_KEYS",
     "Attention",
     "Checkpoint",
-    "EmbeddedSync",
     "RunDir",
-    "SGLangSync",
-    "VLLMSync",
     "WeightSync",
     "leaf_values",
     "micro_batches",
@@ -43,23 +43,6 @@ __all__ = [
     "tree_block_mask",
     "tree_mask_mod",
     "verl_batch",
+    "weight_source",
     "weight_sync",
 ]
-
-# The masks are torch tensors: imported on first use, so `import rltap.train` needs no torch.
-# The weight syncs bring in the engines' HTTP client: imported on first use too.
-_SYNC = ("EmbeddedSync", "SGLangSync", "VLLMSync", "WeightSync", "save_weights", "weight_sync")
-_lazy_getattr = lazy_getattr(
-    "rltap.train",
-    globals(),
-    {
-        **dict.fromkeys(
-            ("tree_attention_mask", "tree_block_mask", "tree_mask_mod"), "rltap.train.masks"
-        ),
-        **dict.fromkeys(_SYNC, "rltap.train.sync"),
-    },
-)
-
-
-def __getattr__(name: str) -> Any:
-    return _lazy_getattr(name)
