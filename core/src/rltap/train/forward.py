@@ -30,11 +30,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
+import torch
+
 from rltap.record.pack import TreePack
 
 if TYPE_CHECKING:
     import numpy as np
-    import torch
 
 __all__ = ["Attention", "packed_logprobs", "packed_token_stats"]
 
@@ -56,7 +57,6 @@ def packed_logprobs(
     Gradients flow through it when grad mode is on (the training loss is built on it).
     `temperature` divides the logits first, as the engines' recorded logprobs do;
     `block_size` is the FlexAttention block (only for `"flex_attention"`)."""
-    import torch
 
     device = next(model.parameters()).device
     n = len(pack)
@@ -84,7 +84,6 @@ def packed_token_stats(
     Logits are computed only where they are read, at the tokens' parents (transformers'
     `logits_to_keep`), so a pack of N tokens costs a `[len(parents), vocab]` logits tensor, not
     `[N, vocab]`: on a 150k vocabulary that is most of the memory of a training forward."""
-    import torch
 
     device = next(model.parameters()).device
     index = torch.as_tensor(tokens, dtype=torch.long, device=device)
@@ -107,7 +106,6 @@ def _token_log_softmax(
     block_size: int,
 ) -> torch.Tensor:
     """log_softmax(logits[parent] / T) for each of `tokens`, `[len(tokens), vocab]`."""
-    import torch
 
     device = tokens.device
     ids = torch.as_tensor(pack.input_ids, dtype=torch.long, device=device)

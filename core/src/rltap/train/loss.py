@@ -28,12 +28,10 @@ the tokens are split into micro-batches and packs (`tests/train/test_loss.py`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+
+import torch
 
 from rltap.config.train import UpdateConfig
-
-if TYPE_CHECKING:
-    import torch
 
 __all__ = ["LossSettings", "LossSums", "policy_loss"]
 
@@ -72,7 +70,6 @@ def policy_loss(
 
     `kl` in the result is KL(trained || reference) when `reference` is given, else the same
     estimate against the behaviour policy (how far the update has moved from what sampled)."""
-    import torch
 
     ratio = torch.exp(logprobs - proximal)
     low, high = 1.0 - settings.clip, 1.0 + settings.clip
@@ -95,7 +92,6 @@ def policy_loss(
 
 def _k3(anchor: torch.Tensor, logprobs: torch.Tensor) -> torch.Tensor:
     """Schulman's k3 estimate of KL(policy || anchor) from the policy's own samples."""
-    import torch
 
     log_ratio = anchor - logprobs
     return torch.exp(log_ratio) - log_ratio - 1.0

@@ -46,10 +46,11 @@ from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from rltap._lazy import require_module
 
 if TYPE_CHECKING:
-    import torch
     from torch.utils.tensorboard import SummaryWriter
 
 __all__ = [
@@ -242,7 +243,6 @@ class RunDir:
     ) -> Checkpoint:
         """Write `RUN/step-N/`: the model (`save_pretrained`, safetensors), the tokenizer, the
         optimizer's state_dict and `state` as JSON; it appears whole or not at all."""
-        import torch
 
         # A state that is not JSON fails here, before anything is written.
         state_json = json.dumps(dict(state), indent=2)
@@ -297,7 +297,6 @@ class RunDir:
     def load_optimizer(self, checkpoint: Checkpoint, optimizer: torch.optim.Optimizer) -> None:
         """Load the checkpoint's optimizer state into `optimizer` (built over the same parameters);
         the state moves to the parameters' devices."""
-        import torch
 
         saved = torch.load(checkpoint.optimizer_path, map_location="cpu", weights_only=True)
         optimizer.load_state_dict(saved)
