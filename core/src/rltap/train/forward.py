@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 
 from rltap.record.pack import TreePack
+from rltap.train.masks import tree_attention_mask, tree_block_mask
 
 if TYPE_CHECKING:
     import numpy as np
@@ -134,8 +135,6 @@ def _attention_mask(
     block_size: int,
     device: torch.device,
 ) -> Any:
-    from rltap.train.masks import tree_attention_mask, tree_block_mask
-
     if attention == "sdpa":
         return tree_attention_mask(pack, device=device)
     if attention == "eager":
