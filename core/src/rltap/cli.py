@@ -26,6 +26,7 @@ from rltap.config import (
     from_namespace,
     parse,
 )
+from rltap.distributed.runs import ray_rollout
 from rltap.rollout import rollout_command
 from rltap.store.commands import add_export_command, add_inspect_command
 from rltap.view.commands import add_view_command
@@ -130,8 +131,6 @@ def _rollout(args: argparse.Namespace) -> int:
     _require_server("rollout")
     config = from_namespace(RolloutConfig, args)
     if config.ray.ray is not None:
-        from rltap.distributed.runs import ray_rollout
-
         return rollout_command(config, ray_rollout)
     return rollout_command(config)
 
