@@ -42,15 +42,18 @@ def test_ids_pushed_together_give_the_same_text(source: Any, qwen_tokenizer: Any
     assert decoder.push([]) == ""
 
 
+@pytest.mark.parametrize("together", [1, 2], ids=["one_by_one", "all_at_once"])
 def test_a_reply_cut_inside_a_character_flushes_what_it_has(
-    source: Any, qwen_tokenizer: Any
+    source: Any, qwen_tokenizer: Any, together: int
 ) -> None:
-    cut = qwen_tokenizer.encode("ok 👩")[:-1]  # the emoji's first token only
+    cut = qwen_tokenizer.encode("ok 👩")[:-1]  # "ok", then the emoji's first bytes
+    assert len(cut) == 2
     decoder = StreamDecoder(source)
-    assert "".join(decoder.push([token]) for token in cut) == "ok"
+    pushed = "".join(decoder.push(cut[at : at + together]) for at in range(0, 2, together))
+    assert not pushed.endswith("\ufffd")
     tail = decoder.flush()
     assert tail.endswith("\ufffd")
-    assert "ok" + tail == qwen_tokenizer.decode(cut)
+    assert pushed + tail == decoder.text == qwen_tokenizer.decode(cut)
     assert decoder.flush() == ""
     # Whatever comes after a flush is decoded on its own, never repeating the flushed ids.
     assert decoder.push(qwen_tokenizer.encode(" done")) == " done"

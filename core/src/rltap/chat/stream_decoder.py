@@ -43,17 +43,22 @@ class StreamDecoder:
 
     def push(self, token_ids: Iterable[int]) -> str:
         """Add ids; return the text they complete ("" while a character is still partial)."""
-        ids = list(token_ids)
-        if not ids:
-            return ""
-        self._held += ids
-        if self._stream is not None:
-            delta = self._stream.step(self._tokenizer, ids)
-            return self._emit(delta) if delta is not None else ""
-        pending = self._decode(self._held)
-        if not pending or pending.endswith("\ufffd"):
-            return ""
-        return self._emit(pending)
+        if self._stream is None:
+            self._held += token_ids
+            pending = self._decode(self._held) if self._held else ""
+            if not pending or pending.endswith("\ufffd"):
+                return ""
+            self._held = []
+            return self._emitted(pending)
+        deltas: list[str] = []
+        # One id a step: tokenizers 0.21's DecodeStream takes no list of ids.
+        for token_id in token_ids:
+            self._held.append(token_id)
+            delta = self._stream.step(self._tokenizer, token_id)
+            if delta is not None:
+                deltas.append(delta)
+                self._held = []
+        return self._emitted("".join(deltas))
 
     def flush(self) -> str:
         """Return the held-back text, complete or not."""
@@ -62,17 +67,16 @@ class StreamDecoder:
         pending = self._decode(self._held)
         self._held = []
         self._stream = self._new_stream()  # it still holds those ids; later pushes start after
-        self._text.append(pending)
-        return pending
+        return self._emitted(pending)
 
     def _new_stream(self) -> DecodeStream | None:
         if not isinstance(self._tokenizer, Tokenizer):
             return None
         return DecodeStream(skip_special_tokens=self._skip)
 
-    def _emit(self, delta: str) -> str:
-        self._held = []
-        self._text.append(delta)
+    def _emitted(self, delta: str) -> str:
+        if delta:
+            self._text.append(delta)
         return delta
 
     def _decode(self, ids: list[int]) -> str:
