@@ -18,9 +18,10 @@ Usage:
 from __future__ import annotations
 
 import re
+import threading
 from typing import Any
 
-from rltap.chat.lru import LRUCache
+from cachetools import LRUCache, cachedmethod
 
 __all__ = ["PieceEncoder"]
 
@@ -46,7 +47,8 @@ class PieceEncoder:
         # Longest first: at one position the longest added token wins, as in the tokenizer.
         alternatives = sorted(added, key=len, reverse=True)
         self._split = re.compile("(" + "|".join(map(re.escape, alternatives)) + ")").split
-        self._cache: LRUCache[str, list[int]] = LRUCache(max_entries)
+        self._cache: LRUCache[str, list[int]] = LRUCache(maxsize=max_entries)
+        self._cache_lock = threading.Lock()
         self._max_piece_chars = max_piece_chars
 
     @classmethod
@@ -82,9 +84,13 @@ class PieceEncoder:
         return len(self._cache)
 
     def _piece_ids(self, piece: str) -> list[int]:
-        ids = self._cache.get(piece)
-        if ids is None:
-            ids = list(self._backend.encode(piece, add_special_tokens=False).ids)
-            if len(piece) <= self._max_piece_chars:
-                self._cache.put(piece, ids)
-        return ids
+        if len(piece) > self._max_piece_chars:
+            return self._encode_piece(piece)
+        return self._cached_piece_ids(piece)
+
+    @cachedmethod(lambda self: self._cache, lock=lambda self: self._cache_lock)
+    def _cached_piece_ids(self, piece: str) -> list[int]:
+        return self._encode_piece(piece)
+
+    def _encode_piece(self, piece: str) -> list[int]:
+        return list(self._backend.encode(piece, add_special_tokens=False).ids)
