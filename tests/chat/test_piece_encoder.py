@@ -79,17 +79,17 @@ def test_threads_sharing_an_encoder_get_the_tokenizers_ids(qwen_backend: Any) ->
     texts = [f"<|im_start|>user\nquestion {number}<|im_end|>\n" for number in range(64)]
 
     def work(offset: int) -> list[list[int]]:
-        return [shared.encode(texts[(n * 7 + offset) % len(texts)]) for n in range(500)]
+        return [shared.encode(texts[(n * 7 + offset) % len(texts)]) for n in range(1500)]
 
     interval = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)  # threads switch inside the cache's bookkeeping, if unlocked
     try:
-        with ThreadPoolExecutor(4) as pool:
-            results = list(pool.map(work, range(4)))  # a thread's exception is raised here
+        with ThreadPoolExecutor(8) as pool:
+            results = list(pool.map(work, range(8)))  # a thread's exception is raised here
     finally:
         sys.setswitchinterval(interval)
     for offset, ids in enumerate(results):
-        wanted = [texts[(n * 7 + offset) % len(texts)] for n in range(500)]
+        wanted = [texts[(n * 7 + offset) % len(texts)] for n in range(1500)]
         assert ids == [qwen_backend.encode(t, add_special_tokens=False).ids for t in wanted]
     assert shared.cache_size() == 16
 

