@@ -91,7 +91,11 @@ def _compare(
     def library() -> str:
         # Annotated `-> str`, it returns (texts, generation indices), one text per conversation.
         result: Any = render_jinja_template(
-            [messages], tools=list(TOOLS), chat_template=template, add_generation_prompt=True, **special
+            [messages],
+            tools=list(TOOLS),
+            chat_template=template,
+            add_generation_prompt=True,
+            **special,
         )
         return str(result[0][0])
 

@@ -45,8 +45,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rltap.canonical import canonical_message
-from rltap.errors import InvalidRequest
-from rltap.types import InteractionWithTokenLogpReward
+from rltap.record.errors import InvalidRequest
+from rltap.record.types import InteractionWithTokenLogpReward
 
 __all__ = [
     "AGENT_HEADER",
