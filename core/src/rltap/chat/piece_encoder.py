@@ -18,9 +18,10 @@ Usage:
 from __future__ import annotations
 
 import re
+import threading
 from typing import Any
 
-from rltap.chat.lru import LRUCache
+from cachetools import LRUCache
 
 __all__ = ["PieceEncoder"]
 
@@ -46,7 +47,8 @@ class PieceEncoder:
         # Longest first: at one position the longest added token wins, as in the tokenizer.
         alternatives = sorted(added, key=len, reverse=True)
         self._split = re.compile("(" + "|".join(map(re.escape, alternatives)) + ")").split
-        self._cache: LRUCache[str, list[int]] = LRUCache(max_entries)
+        self._cache: LRUCache[str, list[int]] = LRUCache(maxsize=max_entries)
+        self._cache_lock = threading.Lock()  # cachetools' caches are not thread-safe
         self._max_piece_chars = max_piece_chars
 
     @classmethod
@@ -82,9 +84,13 @@ class PieceEncoder:
         return len(self._cache)
 
     def _piece_ids(self, piece: str) -> list[int]:
-        ids = self._cache.get(piece)
+        # A lookup by hand, not cachetools' `cachedmethod`, which builds a key tuple per piece:
+        # a 33-message prompt encoded in 0.11 ms with it, 0.085 ms so (CPU time, this host).
+        with self._cache_lock:
+            ids = self._cache.get(piece)
         if ids is None:
             ids = list(self._backend.encode(piece, add_special_tokens=False).ids)
             if len(piece) <= self._max_piece_chars:
-                self._cache.put(piece, ids)
+                with self._cache_lock:
+                    self._cache[piece] = ids
         return ids

@@ -36,15 +36,16 @@ from __future__ import annotations
 import enum
 import json
 import os
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
 import orjson
+from cachetools import LRUCache
 from jinja2 import TemplateError
 
-from rltap.chat.lru import LRUCache
 from rltap.chat.piece_encoder import PieceEncoder
 from rltap.chat.stream_decoder import StreamDecoder
 from rltap.chat.template_render import REASONING_FIELDS, CompiledChatTemplate
@@ -122,7 +123,8 @@ class ChatRenderer:
         backend = getattr(tokenizer, "backend_tokenizer", None)
         self._backend = backend if callable(getattr(backend, "encode", None)) else None
         self._pieces = PieceEncoder.for_backend(backend) if self._backend is not None else None
-        self._head_turns_by_shape: LRUCache[tuple[Any, ...], int] = LRUCache(4096)
+        self._head_turns_by_shape: LRUCache[tuple[Any, ...], int] = LRUCache(maxsize=4096)
+        self._head_turns_lock = threading.Lock()  # cachetools' caches are not thread-safe
         # The Rust decoder gives transformers' text unless transformers cleans up spaces after it.
         plain = self._backend is not None and not getattr(
             tokenizer, "clean_up_tokenization_spaces", False
@@ -322,14 +324,18 @@ class ChatRenderer:
         which saves one of the two template renderings of a concat call.
         """
         shape = _head_shape(head, tools, template_kwargs, self._end_of_turn)
-        turns = self._head_turns_by_shape.get(shape) if shape is not None else None
-        if turns is None:
-            text = self.render_text(
-                head, tools=tools, add_generation_prompt=False, template_kwargs=template_kwargs
-            )
-            turns = text.count(self._end_of_turn)
-            if shape is not None:
-                self._head_turns_by_shape.put(shape, turns)
+        if shape is not None:
+            with self._head_turns_lock:
+                turns = self._head_turns_by_shape.get(shape)
+            if turns is not None:
+                return turns
+        text = self.render_text(
+            head, tools=tools, add_generation_prompt=False, template_kwargs=template_kwargs
+        )
+        turns = text.count(self._end_of_turn)
+        if shape is not None:
+            with self._head_turns_lock:
+                self._head_turns_by_shape[shape] = turns
         return turns
 
 
