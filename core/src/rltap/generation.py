@@ -107,6 +107,9 @@ class CanonicalRequest:
     # The agent that made the call, as the client names it (the `X-Rltap-Agent` header); None:
     # derived from the system prompt and tools (`rltap.links`).
     agent: str | None = None
+    # The call rewrites the conversation it carries (a compaction: the model summarises it to
+    # stand in for it): linked `rewrite` to it, by its agent, whatever its own prompt says.
+    rewrites: bool = False
 
 
 @dataclass(slots=True, kw_only=True)

@@ -16,9 +16,11 @@ and looks at the session's complete interactions only. In order, the first rule 
    earlier messages were trimmed, summarized or edited, another system prompt came in front).
    The parent is the interaction whose reply stands latest in the call's messages (the most
    recent state of the conversation the call carries). It is a `handoff` when another agent made
-   the call (the `X-Rltap-Agent` header differs; without one, the system prompt differs), else a
-   `rewrite`. Cost: O(K) canonical hashes, K the messages after the latest reply found (at most
-   M), and a dictionary lookup each.
+   the call (the `X-Rltap-Agent` header differs; without one, the system prompt differs from the
+   parent's and from those up the parent's chain of rewrites, all its agent's), else a `rewrite`.
+   A call that says it rewrites its conversation (a compaction, `/v1/responses/compact`) is a
+   `rewrite` whatever its prompt, by the parent's agent. Cost: O(K) canonical hashes, K the
+   messages after the latest reply found (at most M), and a dictionary lookup each.
 3. `subagent`: some complete interaction asked for tool calls and nothing has continued it yet
    (its tool call is open), and another agent makes this call: an agent run as a tool, or a
    helper call (a summary) made while the tool runs. The parent is the interaction opened last.

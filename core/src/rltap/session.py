@@ -191,7 +191,12 @@ class Session:
             interaction_id=new_interaction_id(request.api),
             chat_template_type=self.renderer.mode.value,
         )
-        self.cache.add(interaction, context=tools_context(tools), agent=request.agent)
+        self.cache.add(
+            interaction,
+            context=tools_context(tools),
+            agent=request.agent,
+            rewrites=request.rewrites,
+        )
         try:
             prompt = self.renderer.render(
                 messages,
