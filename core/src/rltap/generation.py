@@ -127,6 +127,9 @@ class Generation:
     # Decoded text of each output token, for the logprobs fields of the wire formats.
     token_texts: list[str] = field(default_factory=list)
     created: float = 0.0
+    # The output token limit applied (the request's, or the server's default; cut to the context
+    # left), None where not known.
+    max_tokens: int | None = None
 
     @property
     def prompt_tokens(self) -> int:
@@ -145,6 +148,7 @@ class GenerationStart:
     interaction_id: str
     prompt_tokens: int
     created: float
+    max_tokens: int | None = None  # as `Generation.max_tokens`
 
 
 @dataclass(slots=True, kw_only=True)

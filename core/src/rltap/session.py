@@ -220,6 +220,7 @@ class Session:
             index=index,
             interaction_id=interaction_id,
             prompt_tokens=len(model_request.input_ids),
+            max_tokens=model_request.max_new_tokens,
             created=created,
         )
         if not request.stream:
@@ -255,7 +256,13 @@ class Session:
                 yield GenerationDelta(index=index, deltas=tail)
             response.latency = time.perf_counter() - started
             generation = self._finish(
-                request, interaction_id, index, response, fold_deltas(deltas), created
+                request,
+                interaction_id,
+                index,
+                model_request,
+                response,
+                fold_deltas(deltas),
+                created,
             )
             finished = True
         except Exception as exc:
@@ -286,7 +293,9 @@ class Session:
             output_parser = self._parser(request.tool_choice != "none")
             parsed = output_parser.parse(self.renderer.decode(text_ids))
             response.latency = time.perf_counter() - started
-            generation = self._finish(request, interaction_id, index, response, parsed, created)
+            generation = self._finish(
+                request, interaction_id, index, model_request, response, parsed, created
+            )
             finished = True
             return generation
         except Exception as exc:
@@ -328,6 +337,7 @@ class Session:
         request: CanonicalRequest,
         interaction_id: str,
         index: int,
+        model_request: ModelRequest,
         response: ModelResponse,
         parsed: ParsedOutput,
         created: float,
@@ -353,6 +363,7 @@ class Session:
             stop_sequence=stop_sequence,
             token_texts=self._token_texts(response.output_tokens) if request.logprobs else [],
             created=created,
+            max_tokens=model_request.max_new_tokens,
         )
 
 
