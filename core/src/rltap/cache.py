@@ -183,8 +183,8 @@ class InteractionCache(Mapping[str, InteractionWithTokenLogpReward]):
                 link = interaction.link = interaction.link or Link.PREFIX
                 derived = None if interaction.parent is None else interaction.parent.agent_id
             interaction.agent_id = agent or interaction.agent_id or derived
-            if interaction.parent is not None and link is not Link.SUBAGENT:
-                self._links.continued(interaction.parent.interaction_id)
+            parent_id = None if interaction.parent is None else interaction.parent.interaction_id
+            self._links.linked(interaction_id, parent_id, link)
             self._items[interaction_id] = interaction
             self._order[interaction_id] = len(self._order)
             self._roots[interaction_id] = root
