@@ -171,7 +171,7 @@ class LinkIndex:
             opener = self._opener.get(opener)
         if link is not Link.SUBAGENT:
             still_open.discard(parent_id or "")
-        if len(still_open) != len(self._open):
+        if self._open:
             self._open = {key: None for key in self._open if key in still_open}
 
     def latest_reply(self, messages: Sequence[Mapping[str, Any]]) -> str | None:
