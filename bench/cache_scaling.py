@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rltap.cache import InteractionCache
-from rltap.types import InteractionWithTokenLogpReward, ModelResponse
+from rltap.record.types import InteractionWithTokenLogpReward, ModelResponse
 
 BRANCH_SIZES = (250, 500, 1000, 2000)
 CHAIN_POINTS = (500, 1000, 2000, 4000)

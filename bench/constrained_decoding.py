@@ -26,8 +26,8 @@ from rich.console import Console
 from rich.table import Table
 
 from rltap.engines.transformers import TransformersEngine
+from rltap.record.types import Constraint, ModelRequest
 from rltap.testing.models import cached_tiny_model_dir
-from rltap.types import Constraint, ModelRequest
 
 __all__ = ["main"]
 

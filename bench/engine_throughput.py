@@ -25,8 +25,8 @@ from rich.console import Console
 from rich.table import Table
 
 from rltap.engines.transformers import TransformersEngine
+from rltap.record.types import ModelRequest
 from rltap.testing.models import cached_tiny_model_dir
-from rltap.types import ModelRequest
 
 __all__ = ["main"]
 

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from rltap.types import LogprobConvention, ModelRequest, ModelResponse, StopReason, TokenChunk
+from rltap.record.types import (
+    LogprobConvention,
+    ModelRequest,
+    ModelResponse,
+    StopReason,
+    TokenChunk,
+)
 
 __all__ = ["InstantEngine"]
 

@@ -40,8 +40,8 @@ from rich.progress import Progress
 from rich.table import Table
 
 from rltap.chat.renderer import ChatRenderer
+from rltap.record.types import ModelRequest
 from rltap.testing.models import cached_qwen_tokenizer_dir, cached_tiny_model_dir
-from rltap.types import ModelRequest
 
 ADMIN_KEY = "bench-admin-key-0123456789abcdef"
 BENCH = Path(__file__).resolve().parent

@@ -38,10 +38,10 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from rltap.record.pack import TreePack, pack_interactions
+from rltap.record.types import InteractionWithTokenLogpReward
 from rltap.testing.packs import recorded_call
 from rltap.train.forward import Attention, packed_logprobs
-from rltap.train.pack import TreePack, pack_interactions
-from rltap.types import InteractionWithTokenLogpReward
 
 Calls = list[InteractionWithTokenLogpReward]
 

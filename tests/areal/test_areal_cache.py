@@ -14,7 +14,7 @@ import pytest
 import rltap
 from rltap.areal import InteractionCache, InteractionWithTokenLogpReward
 from rltap.areal import ModelResponse as AReaLResponse
-from rltap.types import InteractionStatus, ModelResponse, StopReason
+from rltap.record.types import InteractionStatus, ModelResponse, StopReason
 
 USER_0 = {"role": "user", "content": "2+2?"}
 ANSWER_0 = {"role": "assistant", "content": "4"}

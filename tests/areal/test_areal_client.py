@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from rltap.areal import ArealOpenAI
+from rltap.record.types import InteractionStatus, InteractionWithTokenLogpReward, ModelResponse
 from rltap.testing.areal_engine import ScriptedArealEngine
-from rltap.types import InteractionStatus, InteractionWithTokenLogpReward, ModelResponse
 
 ClientFactory = Callable[..., tuple[ArealOpenAI, ScriptedArealEngine]]  # the areal_client fixture
 

@@ -11,9 +11,9 @@ import pytest
 
 from rltap.areal import ArealOpenAI
 from rltap.engines.vllm import VLLMEngine
-from rltap.errors import ContextLengthExceeded, EngineError
+from rltap.record.errors import ContextLengthExceeded, EngineError
+from rltap.record.types import InteractionStatus
 from rltap.testing.areal_engine import ScriptedArealEngine
-from rltap.types import InteractionStatus
 
 ClientFactory = Callable[..., tuple[ArealOpenAI, ScriptedArealEngine]]  # the areal_client fixture
 

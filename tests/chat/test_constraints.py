@@ -26,9 +26,9 @@ from rltap.chat.constraints import (
 from rltap.chat.lark_syntax import TokenSyntax
 from rltap.chat.renderer import ChatRenderer
 from rltap.chat.streaming import OutputParser, build_output_parser
-from rltap.errors import InvalidRequest
 from rltap.generation import CanonicalRequest
-from rltap.types import Constraint
+from rltap.record.errors import InvalidRequest
+from rltap.record.types import Constraint
 
 ADD_SCHEMA = {
     "type": "object",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from rltap.chat.parsed import ParsedOutput, ParsedToolCall, sequential_call_ids
 from rltap.chat.reasoning import (
     REASONING_PARSERS,
     DeepSeekR1ReasoningParser,
@@ -15,6 +14,7 @@ from rltap.chat.reasoning import (
 from rltap.chat.registry import UnknownNameError
 from rltap.chat.streaming import build_output_parser, parse_output
 from rltap.chat.tool_parsers import get_tool_parser
+from rltap.record.parsed import ParsedOutput, ParsedToolCall, sequential_call_ids
 
 
 @pytest.mark.parametrize(

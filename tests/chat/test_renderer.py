@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rltap.chat.renderer import ChatRenderer, ParentTokens, RenderedPrompt, RenderMode
-from rltap.errors import InvalidRequest
-from rltap.types import InteractionWithTokenLogpReward, ModelResponse
+from rltap.record.errors import InvalidRequest
+from rltap.record.types import InteractionWithTokenLogpReward, ModelResponse
 
 Message = dict[str, Any]
 

@@ -9,7 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rltap.chat.parsed import (
+from rltap.chat.registry import UnknownNameError
+from rltap.chat.streaming import OutputParser, build_output_parser, build_streaming_parser
+from rltap.record.parsed import (
     ContentDelta,
     Delta,
     ParsedOutput,
@@ -20,8 +22,6 @@ from rltap.chat.parsed import (
     fold_deltas,
     sequential_call_ids,
 )
-from rltap.chat.registry import UnknownNameError
-from rltap.chat.streaming import OutputParser, build_output_parser, build_streaming_parser
 
 
 def _call(index: int, name: str, arguments: str) -> ParsedToolCall:

@@ -11,7 +11,7 @@ from jinja2 import TemplateError
 
 from rltap.chat.renderer import ChatRenderer
 from rltap.chat.template_render import CompiledChatTemplate
-from rltap.errors import InvalidRequest
+from rltap.record.errors import InvalidRequest
 
 TOOLS = [
     {

@@ -9,7 +9,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rltap.chat.parsed import ParsedOutput, ParsedToolCall, fold_deltas, sequential_call_ids
 from rltap.chat.registry import Registry, UnknownNameError
 from rltap.chat.tool_call_stream import partial_tag_len
 from rltap.chat.tool_parsers import (
@@ -19,6 +18,7 @@ from rltap.chat.tool_parsers import (
     MistralToolParser,
     get_tool_parser,
 )
+from rltap.record.parsed import ParsedOutput, ParsedToolCall, fold_deltas, sequential_call_ids
 
 
 def _calls(*pairs: tuple[str, str]) -> list[ParsedToolCall]:

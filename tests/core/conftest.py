@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 
 from rltap.cache import InteractionCache
-from rltap.types import InteractionWithTokenLogpReward, ModelResponse
+from rltap.record.types import InteractionWithTokenLogpReward, ModelResponse
 
 Record = Callable[..., InteractionWithTokenLogpReward]
 

@@ -6,7 +6,6 @@ import httpx
 import openai
 import pytest
 
-from rltap import errors
 from rltap.adapter import (
     APIS,
     AgentAdapter,
@@ -16,6 +15,7 @@ from rltap.adapter import (
     check_framework,
     rltap_error_from,
 )
+from rltap.record import errors
 from rltap.testing.adapter_suite import STANDARD_TESTS, AdapterStandardTests
 
 

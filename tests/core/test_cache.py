@@ -9,8 +9,8 @@ import pytest
 
 from rltap.cache import InteractionCache
 from rltap.canonical import tools_context
-from rltap.errors import Conflict, InteractionNotFound, InvalidReward
-from rltap.types import InteractionStatus, InteractionWithTokenLogpReward, ModelResponse
+from rltap.record.errors import Conflict, InteractionNotFound, InvalidReward
+from rltap.record.types import InteractionStatus, InteractionWithTokenLogpReward, ModelResponse
 
 Record = Callable[..., InteractionWithTokenLogpReward]
 

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from rltap.cache import InteractionCache
-from rltap.errors import ExportMismatch, InvalidRequest
 from rltap.export import concat_padded_tensors
-from rltap.types import InteractionWithTokenLogpReward
+from rltap.record.errors import ExportMismatch, InvalidRequest
+from rltap.record.types import InteractionWithTokenLogpReward
 
 Record = Callable[..., InteractionWithTokenLogpReward]
 

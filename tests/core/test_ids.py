@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 
-from rltap.ids import random_hex
+from rltap.record.ids import random_hex
 
 
 def test_ids_are_32_hex_digits_and_do_not_repeat() -> None:

@@ -11,9 +11,9 @@ import pytest
 
 from rltap.cache import InteractionCache
 from rltap.canonical import tools_context
-from rltap.errors import InvalidRequest
 from rltap.links import agent_from_header, agent_header_value, derive_agent_id
-from rltap.types import InteractionWithTokenLogpReward, Link, ModelResponse
+from rltap.record.errors import InvalidRequest
+from rltap.record.types import InteractionWithTokenLogpReward, Link, ModelResponse
 
 TOOLS = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}]
 OTHER_TOOLS = [{"type": "function", "function": {"name": "search", "parameters": {}}}]

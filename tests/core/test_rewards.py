@@ -6,8 +6,8 @@ from typing import Any
 import pytest
 
 from rltap.cache import InteractionCache
-from rltap.errors import InvalidRequest
-from rltap.types import InteractionWithTokenLogpReward
+from rltap.record.errors import InvalidRequest
+from rltap.record.types import InteractionWithTokenLogpReward
 
 Record = Callable[..., InteractionWithTokenLogpReward]
 

@@ -12,9 +12,14 @@ from hypothesis import strategies as st
 
 from rltap.cache import InteractionCache
 from rltap.canonical import canonical_message
-from rltap.errors import ExportMismatch
 from rltap.links import derive_agent_id
-from rltap.types import InteractionStatus, InteractionWithTokenLogpReward, Link, ModelResponse
+from rltap.record.errors import ExportMismatch
+from rltap.record.types import (
+    InteractionStatus,
+    InteractionWithTokenLogpReward,
+    Link,
+    ModelResponse,
+)
 
 TOOL_CALL = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}
 

@@ -20,8 +20,8 @@ import torch
 from rltap.engines._sampling import RowSampler, sample_rows
 from rltap.engines.scripted import ScriptedEngine
 from rltap.engines.transformers import TransformersEngine
-from rltap.errors import EngineError, InvalidRequest
-from rltap.types import Constraint, ModelRequest, ModelResponse, StopReason
+from rltap.record.errors import EngineError, InvalidRequest
+from rltap.record.types import Constraint, ModelRequest, ModelResponse, StopReason
 
 PROMPT = [151644, 872, 198, 9707, 11, 1879, 0, 151645, 198, 151644, 77091, 198]
 IM_END = 151645

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from rltap.engines._http_client import EngineHTTPClient, iter_sse_data
-from rltap.errors import EngineError, EngineTimeout, EngineUnavailable
+from rltap.record.errors import EngineError, EngineTimeout, EngineUnavailable
 
 Answer = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from rltap.engines._http_errors import EXCEPTION_MAP, engine_error, mapping_for
-from rltap.errors import EngineError, EngineTimeout, EngineUnavailable
+from rltap.record.errors import EngineError, EngineTimeout, EngineUnavailable
 
 
 def _client_exception_types() -> list[type[BaseException]]:

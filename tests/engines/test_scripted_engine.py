@@ -13,8 +13,8 @@ import torch
 
 from rltap.engines.base import InferenceEngine
 from rltap.engines.scripted import ScriptedEngine, load_script
-from rltap.errors import EngineError, EngineTimeout
-from rltap.types import LogprobConvention, ModelRequest, StopReason
+from rltap.record.errors import EngineError, EngineTimeout
+from rltap.record.types import LogprobConvention, ModelRequest, StopReason
 
 IM_END = 151645
 MESSAGES = [

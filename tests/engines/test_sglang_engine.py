@@ -14,8 +14,8 @@ from fake_sglang import FakeSGLang, expected_output
 
 from rltap.engines.base import InferenceEngine
 from rltap.engines.sglang import SGLangEngine
-from rltap.errors import EngineError, EngineUnavailable
-from rltap.types import (
+from rltap.record.errors import EngineError, EngineUnavailable
+from rltap.record.types import (
     Constraint,
     LogprobConvention,
     ModelRequest,

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from rltap.engines.transformers import TransformersEngine
-from rltap.types import Constraint, ModelRequest, ModelResponse
+from rltap.record.types import Constraint, ModelRequest, ModelResponse
 
 TOLERANCE = 1e-5
 

@@ -12,8 +12,8 @@ import torch
 
 from rltap.engines.base import InferenceEngine
 from rltap.engines.transformers import TransformersEngine
-from rltap.errors import Conflict, ContextLengthExceeded, EngineError, InvalidRequest
-from rltap.types import LogprobConvention, ModelRequest, StopReason, TokenChunk
+from rltap.record.errors import Conflict, ContextLengthExceeded, EngineError, InvalidRequest
+from rltap.record.types import LogprobConvention, ModelRequest, StopReason, TokenChunk
 
 PROMPT = [9707, 11, 1879, 0, 1096, 374, 264, 1273, 13]  # "Hello, world! This is a test."
 

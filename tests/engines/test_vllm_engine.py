@@ -23,8 +23,8 @@ from vllm_server import VLLMServer, vllm_compatible_model
 from rltap.engines._http_client import EngineHTTPClient, iter_sse_data
 from rltap.engines.base import InferenceEngine
 from rltap.engines.vllm import VLLMEngine
-from rltap.errors import EngineError, EngineTimeout, EngineUnavailable
-from rltap.types import (
+from rltap.record.errors import EngineError, EngineTimeout, EngineUnavailable
+from rltap.record.types import (
     Constraint,
     LogprobConvention,
     ModelRequest,

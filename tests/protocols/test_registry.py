@@ -6,7 +6,6 @@ from typing import Any
 
 import pytest
 
-from rltap.chat.parsed import ParsedOutput
 from rltap.chat.renderer import ChatRenderer
 from rltap.engines.scripted import ScriptedEngine
 from rltap.generation import Generation
@@ -21,10 +20,11 @@ from rltap.protocols import (
 )
 from rltap.proxy.app import create_app
 from rltap.proxy.state import ProxyConfig
+from rltap.record.parsed import ParsedOutput
+from rltap.record.types import ModelResponse
 from rltap.session import new_interaction_id
 from rltap.testing.proxy import TEST_ADMIN_KEY
 from rltap.testing.scripts import echo
-from rltap.types import ModelResponse
 
 from .wire import assistant_message
 

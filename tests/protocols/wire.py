@@ -7,9 +7,9 @@ from typing import Any
 
 import orjson
 
-from rltap.chat.parsed import ParsedToolCall
 from rltap.generation import StreamEvent
 from rltap.protocols import StreamEncoder
+from rltap.record.parsed import ParsedToolCall
 from rltap.sse import SSEEvent
 
 

@@ -14,7 +14,7 @@ from rltap.proxy import add_serve_arguments
 from rltap.proxy.client import OpenAIProxyClient
 from rltap.proxy.control import ExportRequest, export_body
 from rltap.proxy.server import serve_config
-from rltap.tensor_codec import decode_tensors
+from rltap.record.tensor_codec import decode_tensors
 from rltap.testing.proxy import TEST_ADMIN_KEY, RunningProxy, start_test_proxy
 
 DISCOUNT = 0.5

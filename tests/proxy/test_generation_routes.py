@@ -20,9 +20,9 @@ from rltap.chat.renderer import ChatRenderer
 from rltap.chat.streaming import build_output_parser
 from rltap.engines.scripted import ScriptedEngine
 from rltap.proxy.state import ProxyConfig, ProxyLimits
+from rltap.record.types import ModelRequest, TokenChunk
 from rltap.session import SessionConfig
 from rltap.testing.proxy import TEST_ADMIN_KEY, RunningProxy, start_test_proxy
-from rltap.types import ModelRequest, TokenChunk
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

@@ -13,9 +13,9 @@ from clients import anthropic_client, openai_client
 
 from rltap.links import agent_header_value
 from rltap.proxy.client import interactions_from_export
+from rltap.record.types import Link
 from rltap.testing.proxy import RunningProxy
 from rltap.testing.scripts import FINAL_PREFIX
-from rltap.types import Link
 
 DISCOUNT = 0.9
 

@@ -21,7 +21,7 @@ import pytest
 from add_tool import ANTHROPIC_ADD_TOOL, CHAT_ADD_TOOL, RESPONSES_ADD_TOOL
 
 from rltap.chat.renderer import ChatRenderer
-from rltap.tensor_codec import decode_tensors
+from rltap.record.tensor_codec import decode_tensors
 from rltap.testing.proxy import RunningProxy
 from rltap.testing.scripts import FINAL_PREFIX, tool_loop
 

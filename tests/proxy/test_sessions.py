@@ -15,9 +15,9 @@ import torch
 from add_tool import CHAT_ADD_TOOL
 from prometheus_client.parser import text_string_to_metric_families
 
-from rltap import errors
 from rltap.proxy.client import OpenAIProxyClient
 from rltap.proxy.state import ProxyLimits
+from rltap.record import errors
 from rltap.testing.proxy import RunningProxy
 
 ProxyFactory = Callable[..., Awaitable[RunningProxy]]
@@ -285,7 +285,7 @@ async def test_set_version_is_recorded_on_later_tokens(proxy: RunningProxy) -> N
     assert (await proxy.session_post(key, "/rl/end_session")).status_code == 200
 
     export = await proxy.export(session_id)
-    from rltap.tensor_codec import decode_tensors
+    from rltap.record.tensor_codec import decode_tensors
 
     versions = {
         item["interaction_id"]: (item["input_len"], decode_tensors(item["tensors"])["versions"][0])

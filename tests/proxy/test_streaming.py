@@ -21,11 +21,11 @@ import pytest
 from rltap.chat.renderer import ChatRenderer
 from rltap.chat.streaming import build_output_parser
 from rltap.engines.scripted import ScriptedEngine
-from rltap.errors import EngineError
 from rltap.proxy.state import ProxyConfig, ProxyLimits
+from rltap.record.errors import EngineError
+from rltap.record.types import ModelRequest, TokenChunk
 from rltap.session import SessionConfig
 from rltap.testing.proxy import TEST_ADMIN_KEY, RunningProxy, start_test_proxy
-from rltap.types import ModelRequest, TokenChunk
 
 ProxyFactory = Callable[..., Awaitable[RunningProxy]]
 

@@ -10,8 +10,8 @@ from typing import Any
 import openai
 
 from rltap.proxy import OpenAIProxyClient, interactions_from_export, tree_from_export
+from rltap.record.pack_io import PACK_ARRAYS
 from rltap.testing.proxy import RunningProxy
-from rltap.train.pack_io import PACK_ARRAYS
 
 ProxyFactory = Callable[..., Awaitable[RunningProxy]]
 

@@ -20,11 +20,11 @@ from rltap.chat.renderer import ChatRenderer
 from rltap.chat.streaming import build_output_parser
 from rltap.engines.scripted import ScriptedEngine
 from rltap.proxy.state import ProxyConfig, ProxyLimits
+from rltap.record.tensor_codec import decode_tensors
+from rltap.record.types import ModelRequest, TokenChunk
 from rltap.session import SessionConfig
-from rltap.tensor_codec import decode_tensors
 from rltap.testing.proxy import TEST_ADMIN_KEY, RunningProxy, start_test_proxy
 from rltap.testing.scripts import FINAL_PREFIX, tool_loop
-from rltap.types import ModelRequest, TokenChunk
 
 ProxyFactory = Callable[..., Awaitable[RunningProxy]]
 

@@ -21,8 +21,8 @@ from reliability_support import GENERATION_PATHS, MakeProxy, assert_error, gener
 
 from rltap.chat.renderer import ChatRenderer
 from rltap.engines.base import InferenceEngine
-from rltap.errors import AuthenticationError
 from rltap.proxy.state import SessionState, SessionStore
+from rltap.record.errors import AuthenticationError
 from rltap.session import Session
 from rltap.testing.proxy import RunningProxy
 

@@ -22,12 +22,12 @@ import pytest
 from fault_agents import FaultyAgent
 from reliability_support import HOLD, HeldEngine, MakeProxy, assert_error, poll
 
-from rltap import errors
 from rltap.chat.renderer import ChatRenderer
 from rltap.proxy.app import create_app
 from rltap.proxy.client import OpenAIProxyClient
 from rltap.proxy.server import ProxyServer
 from rltap.proxy.state import ProxyConfig, ProxyLimits, SessionState
+from rltap.record import errors
 from rltap.testing.proxy import TEST_ADMIN_KEY, RunningProxy
 from rltap.workflow import OpenAIProxyWorkflow, resolve_workflow
 

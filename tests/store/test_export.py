@@ -95,7 +95,7 @@ def test_concat_and_tree_styles_export_branches_and_packs(
 def test_safetensors_batches_and_packs(recorded: Recorded, tmp_path: Path) -> None:
     from safetensors.numpy import load_file
 
-    from rltap.train.pack_io import load_packs
+    from rltap.record.pack_io import load_packs
 
     batch = load_file(str(_export(recorded, tmp_path / "b.safetensors", "--format", "safetensors")))
     assert batch["input_ids"].shape[0] == 8

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from rltap.cache import InteractionCache
+from rltap.record.types import InteractionWithTokenLogpReward, ModelResponse
 from rltap.store import CaptureStore, Retention, StoreInUse, parse_retention
 from rltap.store.retention import prune
-from rltap.types import InteractionWithTokenLogpReward, ModelResponse
 
 
 def _record(store: CaptureStore, session_id: str, exported: bool) -> None:

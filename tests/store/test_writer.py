@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from rltap.cache import InteractionCache
+from rltap.record.types import InteractionWithTokenLogpReward, ModelResponse
 from rltap.store import CaptureStore
-from rltap.types import InteractionWithTokenLogpReward, ModelResponse
 
 _CALLS = 50
 

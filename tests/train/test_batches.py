@@ -13,14 +13,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rltap.errors import ContextLengthExceeded
+from rltap.record.errors import ContextLengthExceeded
+from rltap.record.pack import TreePack, pack_interactions
+from rltap.record.pack_io import load_packs, save_packs
+from rltap.record.types import InteractionWithTokenLogpReward
 from rltap.testing.packs import recorded_call
 from rltap.train.batches import micro_batches, split_pack
 from rltap.train.forward import packed_logprobs
 from rltap.train.layouts import leaf_values, verl_batch
-from rltap.train.pack import TreePack, pack_interactions
-from rltap.train.pack_io import load_packs, save_packs
-from rltap.types import InteractionWithTokenLogpReward
 
 
 def call(

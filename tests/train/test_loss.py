@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import torch
 
+from rltap.record.pack import TreePack, pack_interactions
 from rltap.testing.packs import recorded_call as call
 from rltap.train.advantages import assign_advantages, trainable_tokens
 from rltap.train.forward import packed_token_stats
 from rltap.train.loss import LossSettings, policy_loss
-from rltap.train.pack import TreePack, pack_interactions
 from rltap.train.trainer import PolicyTrainer, TrainSettings
 
 TOLERANCE = 1e-5

@@ -1,4 +1,4 @@
-"""pack_interactions and merge_tries (rltap.train.pack): which tokens are one, the leaves, and the
+"""pack_interactions and merge_tries (rltap.record.pack): which tokens are one, the leaves, and the
 depth / parent / subtree-end arrays against a brute force over the recorded sequences."""
 
 from __future__ import annotations
@@ -10,10 +10,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rltap.errors import ExportMismatch
 from rltap.export import branch_sequence
-from rltap.train.pack import TreePack, merge_tries, pack_interactions
-from rltap.types import InteractionStatus, InteractionWithTokenLogpReward, Link, ModelResponse
+from rltap.record.errors import ExportMismatch
+from rltap.record.pack import TreePack, merge_tries, pack_interactions
+from rltap.record.types import (
+    InteractionStatus,
+    InteractionWithTokenLogpReward,
+    Link,
+    ModelResponse,
+)
 
 Node = InteractionWithTokenLogpReward
 

@@ -16,12 +16,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask
 
+from rltap.record.pack import TreePack
+from rltap.record.types import InteractionWithTokenLogpReward, Link
 from rltap.testing.packs import SAMPLE_PACKS, mixed_pack, pack_calls, plain_leaf_logprobs
 from rltap.testing.packs import recorded_call as call
 from rltap.train import packed_logprobs, tree_attention_mask, tree_block_mask, tree_mask_mod
 from rltap.train.layouts import leaf_values
-from rltap.train.pack import TreePack
-from rltap.types import InteractionWithTokenLogpReward, Link
 
 TOLERANCE = 1e-5  # fp32, DESIGN.md's token-fidelity bound
 

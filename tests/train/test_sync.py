@@ -23,9 +23,9 @@ from rltap.engines.scripted import ScriptedEngine
 from rltap.engines.sglang import SGLangEngine
 from rltap.engines.transformers import TransformersEngine
 from rltap.engines.vllm import VLLMEngine
-from rltap.errors import EngineError
+from rltap.record.errors import EngineError
+from rltap.record.types import ModelRequest, ModelResponse, StopReason
 from rltap.train.sync import EmbeddedSync, SGLangSync, VLLMSync, weight_sync
-from rltap.types import ModelRequest, ModelResponse, StopReason
 
 PROMPT = [151644, 872, 198, 9707, 11, 1246, 525, 498, 30, 151645, 198, 151644, 77091, 198]
 

@@ -9,8 +9,8 @@ import openai
 import pytest
 import torch
 
+from rltap.record.types import InteractionWithTokenLogpReward, TokenSequence
 from rltap.testing.proxy import RunningProxy
-from rltap.types import InteractionWithTokenLogpReward, TokenSequence
 from rltap.workflow import (
     EpisodeResult,
     GroupedRolloutWorkflow,

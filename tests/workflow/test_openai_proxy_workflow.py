@@ -13,9 +13,9 @@ from typing import Any
 import httpx
 import pytest
 
-from rltap.errors import NotFound
+from rltap.record.errors import NotFound
+from rltap.record.types import InteractionWithTokenLogpReward
 from rltap.testing.proxy import RunningProxy
-from rltap.types import InteractionWithTokenLogpReward
 from rltap.workflow import Mode, OpenAIProxyWorkflow, WorkflowError, resolve_workflow
 
 MODES = [pytest.param("inline", id="inline"), pytest.param("subproc", id="subproc")]

@@ -9,10 +9,10 @@ from pathlib import Path
 
 from rich.console import Console
 
+from rltap.record.pack import TreePack
+from rltap.record.pack_io import load_packs
 from rltap.rollout import BATCH, load_trajectories, run_rollout
 from rltap.testing.proxy import RunningProxy
-from rltap.train.pack import TreePack
-from rltap.train.pack_io import load_packs
 from rltap.workflow import GroupedRolloutWorkflow, OpenAIProxyWorkflow, resolve_workflow
 
 AgentSpec = Callable[[str], str]

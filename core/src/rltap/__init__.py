@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from rltap._lazy import lazy_getattr
 from rltap.cache import InteractionCache
 from rltap.export import concat_padded_tensors
-from rltap.types import (
+from rltap.record.types import (
     InteractionStatus,
     InteractionWithTokenLogpReward,
     Link,

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, ClassVar, Literal, get_args
 
-from rltap import errors
+from rltap.record import errors
 
 __all__ = [
     "APIS",

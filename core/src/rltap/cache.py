@@ -26,14 +26,19 @@ from rltap.canonical import (
     extend_chain,
     extend_chain_canonical,
 )
-from rltap.errors import Conflict, InteractionNotFound
 from rltap.export import ExportStyle, export_interactions, export_tree
 from rltap.links import LinkIndex, derive_agent_id, same_system_prompt
+from rltap.record.errors import Conflict, InteractionNotFound
+from rltap.record.types import (
+    InteractionStatus,
+    InteractionWithTokenLogpReward,
+    Link,
+    ModelResponse,
+)
 from rltap.rewards import Aggregate, DiscountMode, LinkFactors, check_reward, discount_rewards
-from rltap.types import InteractionStatus, InteractionWithTokenLogpReward, Link, ModelResponse
 
 if TYPE_CHECKING:
-    from rltap.train.pack import TreePack
+    from rltap.record.pack import TreePack
 
 __all__ = ["CacheJournal", "InteractionCache"]
 
@@ -370,7 +375,7 @@ class InteractionCache(Mapping[str, InteractionWithTokenLogpReward]):
         agents: Collection[str] | None = None,
     ) -> TreePack:
         """The export style `tree`: the complete interactions (of `agents`) in one token trie
-        with their discounted rewards (`rltap.train.pack`); settings as `export_interactions`."""
+        with their discounted rewards (`rltap.record.pack`); settings as `export_interactions`."""
         with self._lock:
             complete, rewards = self._complete_with_rewards(
                 reward_discount, aggregate, mode, link_factors

@@ -116,7 +116,7 @@ def _add_rollout_command(subparsers: _Subparsers) -> None:
     rollout.add_argument(
         "--style", choices=get_args(ExportStyle), default="individual",
         help="export style; tree: batch.safetensors holds one token trie per row "
-        "(rltap.train.pack_io), the lines stay one per interaction",
+        "(rltap.record.pack_io), the lines stay one per interaction",
     )  # fmt: skip
     rollout.add_argument(
         "--agents", nargs="+", default=None, metavar="AGENT",

@@ -11,7 +11,7 @@ Usage:
     client.set_last_reward(1.0)
     client.apply_reward_discount(turn_discount=0.9)
     interactions = client.export_interactions(style="concat")
-    pack = client.export_tree()  # the style `tree`: one TreePack (`rltap.train.pack`)
+    pack = client.export_tree()  # the style `tree`: one TreePack (`rltap.record.pack`)
 """
 
 from __future__ import annotations
@@ -29,18 +29,18 @@ from rltap.cache import InteractionCache
 from rltap.chat.renderer import ChatRenderer
 from rltap.chat.streaming import build_output_parser
 from rltap.engines.base import InferenceEngine
-from rltap.errors import NotFound, RltapError
 from rltap.exchange import JsonReply, reply
 from rltap.export import ExportStyle
 from rltap.json_body import parse_json
 from rltap.links import AGENT_HEADER, agent_from_header
 from rltap.protocols import SPECS, spec_for_path
+from rltap.record.errors import NotFound, RltapError
+from rltap.record.types import InteractionWithTokenLogpReward
 from rltap.rewards import Aggregate, DiscountMode, LinkFactors
 from rltap.session import Session, SessionConfig
-from rltap.types import InteractionWithTokenLogpReward
 
 if TYPE_CHECKING:
-    from rltap.train.pack import TreePack
+    from rltap.record.pack import TreePack
 
 __all__ = ["RLTAP_ERROR", "DirectOpenAI", "DirectTransport"]
 

@@ -10,7 +10,7 @@
   parent's full token sequence; a break raises `ExportMismatch` naming both interactions, it is
   never masked.
 
-- `tree`: the interactions packed into one token trie, shared prefixes once (`rltap.train.pack`:
+- `tree`: the interactions packed into one token trie, shared prefixes once (`rltap.record.pack`:
   its layout, and which tokens merge). It is one object, not one per interaction, so it has its own
   calls: `export_tree` here, `InteractionCache.export_tree`, `DirectOpenAI.export_tree`,
   `OpenAIProxyClient.export_tree` (all return a `TreePack`); `export_interactions` refuses it with
@@ -30,13 +30,13 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Literal
 
-from rltap.errors import ExportMismatch, InvalidRequest
-from rltap.types import InteractionWithTokenLogpReward, TokenSequence
+from rltap.record.errors import ExportMismatch, InvalidRequest
+from rltap.record.types import InteractionWithTokenLogpReward, TokenSequence
 
 if TYPE_CHECKING:
     import torch
 
-    from rltap.train.pack import TreePack
+    from rltap.record.pack import TreePack
 
 __all__ = [
     "ExportStyle",
@@ -145,7 +145,7 @@ def export_tree(
     A kept call whose prefix parent is left out starts from its own full prompt.
     """
     # Imported here: `rltap.train` is above this module (its packages import the export).
-    from rltap.train.pack import pack_interactions
+    from rltap.record.pack import pack_interactions
 
     return pack_interactions(_exportable(nodes, agents), rewards)
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rltap.chat.parsed import Delta, ParsedOutput
-from rltap.errors import InvalidRequest
-from rltap.types import ModelResponse
+from rltap.record.errors import InvalidRequest
+from rltap.record.parsed import Delta, ParsedOutput
+from rltap.record.types import ModelResponse
 
 __all__ = [
     "Api",

@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from rltap.errors import InvalidRequest
+from rltap.record.errors import InvalidRequest
 
 __all__ = ["MAX_DEPTH", "parse_json"]
 

@@ -51,8 +51,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rltap.canonical import canonical_message
-from rltap.errors import InvalidRequest
-from rltap.types import InteractionWithTokenLogpReward, Link
+from rltap.record.errors import InvalidRequest
+from rltap.record.types import InteractionWithTokenLogpReward, Link
 
 __all__ = [
     "AGENT_HEADER",

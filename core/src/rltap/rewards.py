@@ -31,8 +31,8 @@ import numbers
 from collections.abc import Callable, Mapping, Sequence
 from typing import Literal
 
-from rltap.errors import InvalidRequest, InvalidReward
-from rltap.types import InteractionWithTokenLogpReward, Link
+from rltap.record.errors import InvalidRequest, InvalidReward
+from rltap.record.types import InteractionWithTokenLogpReward, Link
 
 __all__ = [
     "LINK_FACTOR_KEYS",

@@ -9,7 +9,7 @@ The output folder holds:
 - `rows.jsonl`: the ledger, one line per finished row, written after its trajectories;
 - `batch.safetensors`: every line's tensors right-padded and stacked (the seed's tensor dict);
   with `--style tree`, one token trie per row instead (its episodes' shared prompt once), packed
-  again from the row's lines, in the keys of `rltap.train.pack_io.save_packs` (the lines stay
+  again from the row's lines, in the keys of `rltap.record.pack_io.save_packs` (the lines stay
   one per interaction, each its own prompt and output, as style individual's);
 - `summary.json`: episodes ok/failed/retried, interactions, tokens, reward mean/std, wall time.
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from rltap.export import ExportStyle, concat_padded_tensors
-from rltap.types import (
+from rltap.record.types import (
     InteractionStatus,
     InteractionWithTokenLogpReward,
     Link,
@@ -196,8 +196,8 @@ def padded_batch(lines: Iterable[dict[str, Any]], pad_token_id: int = 0) -> dict
 
 
 def _write_packs(out_dir: Path, lines: list[dict[str, Any]]) -> int:
-    from rltap.train.pack import pack_interactions
-    from rltap.train.pack_io import save_packs
+    from rltap.record.pack import pack_interactions
+    from rltap.record.pack_io import save_packs
 
     rows: dict[int, list[dict[str, Any]]] = {}
     for line in lines:

@@ -22,12 +22,10 @@ from typing import Any
 from rltap.cache import InteractionCache
 from rltap.canonical import tools_context
 from rltap.chat.constraints import request_constraint
-from rltap.chat.parsed import Delta, ParsedOutput, fold_deltas
 from rltap.chat.renderer import ChatRenderer
 from rltap.chat.stop_strings import matched_stop_string
 from rltap.chat.streaming import OutputParser
 from rltap.engines.base import InferenceEngine
-from rltap.errors import ContextLengthExceeded, EngineError, NotFound, ThreadNotFound
 from rltap.generation import (
     Api,
     CanonicalRequest,
@@ -38,10 +36,12 @@ from rltap.generation import (
     GenerationStart,
     StreamEvent,
 )
-from rltap.ids import random_hex
 from rltap.interleave import interleave
 from rltap.protocols import spec_named
-from rltap.types import (
+from rltap.record.errors import ContextLengthExceeded, EngineError, NotFound, ThreadNotFound
+from rltap.record.ids import random_hex
+from rltap.record.parsed import Delta, ParsedOutput, fold_deltas
+from rltap.record.types import (
     InteractionWithTokenLogpReward,
     ModelRequest,
     ModelResponse,

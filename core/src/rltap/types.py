@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rltap.errors import InvalidRequest
-from rltap.ids import random_hex
+from rltap.record.errors import InvalidRequest
+from rltap.record.ids import random_hex
 
 if TYPE_CHECKING:
     import torch

@@ -9,7 +9,7 @@
 this event loop, with base_url/api_key/http_client passed in) or in a subprocess pool (the child
 sees OPENAI_* and ANTHROPIC_* variables for that episode only).
 
-With style "tree" an episode is one `TreePack` (`rltap.train.pack`), and a group's packs merge
+With style "tree" an episode is one `TreePack` (`rltap.record.pack`), and a group's packs merge
 into one trie (`merge_tries`: the prompt the group shares appears once).
 """
 
@@ -31,15 +31,15 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import httpx
 
-from rltap.errors import RltapError
 from rltap.export import ExportStyle, concat_padded_tensors
 from rltap.proxy import OpenAIProxyClient, interactions_from_export, tree_from_export
+from rltap.record.errors import RltapError
+from rltap.record.types import InteractionWithTokenLogpReward
 from rltap.rewards import Aggregate, DiscountMode, LinkFactors, check_link_factors
 from rltap.subproc import AgentPool, EpisodeFailed
-from rltap.types import InteractionWithTokenLogpReward
 
 if TYPE_CHECKING:
-    from rltap.train.pack import TreePack
+    from rltap.record.pack import TreePack
 
 __all__ = [
     "Episode",
@@ -265,7 +265,7 @@ class GroupedRolloutWorkflow(RolloutWorkflow):
 
 
 def merge_results(results: list[Any]) -> EpisodeResult:
-    from rltap.train.pack import TreePack, merge_tries
+    from rltap.record.pack import TreePack, merge_tries
 
     if not results:
         return None

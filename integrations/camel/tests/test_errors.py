@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from camel_episodes import chat_astep, chat_step, chat_step_on_the_loop, score
 
-from rltap.errors import EngineError, SessionGone
+from rltap.record.errors import EngineError, SessionGone
 from rltap.testing import RunningProxy, tool_loop
 from rltap_camel import CamelAdapter
 

@@ -19,8 +19,8 @@ from camel.messages import BaseMessage
 from camel.societies import RolePlaying
 
 from rltap.adapter import Connection
+from rltap.record.types import InteractionWithTokenLogpReward, Link
 from rltap.testing import RunningProxy
-from rltap.types import InteractionWithTokenLogpReward, Link
 from rltap.workflow import OpenAIProxyWorkflow
 from rltap_camel import CamelAdapter, ProxyModel, name_agents
 

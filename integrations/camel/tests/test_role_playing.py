@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from camel_episodes import EXPECTED, TASK_SPECIFIER_SYSTEM, role_play, role_play_async, score
 
+from rltap.record.types import InteractionWithTokenLogpReward
 from rltap.testing import RunningProxy
-from rltap.types import InteractionWithTokenLogpReward
 from rltap.workflow import OpenAIProxyWorkflow
 from rltap_camel import CamelAdapter
 

@@ -9,8 +9,8 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.outputs import LLMResult
 from lc_builders import agent_input, build_agent, build_chain, expected_answer
 
-from rltap import errors
 from rltap.adapter import Api
+from rltap.record import errors
 from rltap.testing import RunningProxy
 from rltap_langchain import LangChainAdapter
 

@@ -16,9 +16,9 @@ from oa_agents_for_tests import (
     run_it_myself,
 )
 
-from rltap import errors
+from rltap.record import errors
+from rltap.record.types import InteractionWithTokenLogpReward
 from rltap.testing import RunningProxy
-from rltap.types import InteractionWithTokenLogpReward
 from rltap.workflow import Episode, OpenAIProxyWorkflow
 from rltap_openai_agents import OpenAIAgentsAdapter
 

@@ -19,9 +19,9 @@ from agents.run import CallModelData, ModelInputData
 from oa_agents_for_tests import FINAL_ANSWER, calculate
 
 from rltap.adapter import Connection
+from rltap.record.types import InteractionWithTokenLogpReward, Link
 from rltap.testing import RunningProxy
 from rltap.testing.scripts import FINAL_PREFIX, arguments_for, tool_loop
-from rltap.types import InteractionWithTokenLogpReward, Link
 from rltap.workflow import OpenAIProxyWorkflow
 from rltap_openai_agents import (
     AgentFactory,

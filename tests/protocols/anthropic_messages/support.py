@@ -16,15 +16,6 @@ import orjson
 import pytest
 from anthropic.types import Message, UserMessageParam
 
-from rltap.chat.parsed import (
-    ContentDelta,
-    Delta,
-    ParsedOutput,
-    ParsedToolCall,
-    ReasoningDelta,
-    ToolCallArgumentsDelta,
-    ToolCallStartDelta,
-)
 from rltap.generation import (
     CanonicalRequest,
     FinishReason,
@@ -35,8 +26,17 @@ from rltap.generation import (
     StreamEvent,
 )
 from rltap.protocols.anthropic_messages import ID_PREFIX, StreamEncoder, parse_request
+from rltap.record.parsed import (
+    ContentDelta,
+    Delta,
+    ParsedOutput,
+    ParsedToolCall,
+    ReasoningDelta,
+    ToolCallArgumentsDelta,
+    ToolCallStartDelta,
+)
+from rltap.record.types import ModelResponse, StopReason
 from rltap.sse import SSEEvent
-from rltap.types import ModelResponse, StopReason
 
 from ..wire import assistant_message, encode_stream
 

@@ -11,8 +11,8 @@ import orjson
 import pytest
 from pydantic import BaseModel
 
-from rltap.errors import InvalidRequest
 from rltap.protocols.anthropic_messages import parse_request
+from rltap.record.errors import InvalidRequest
 
 from .support import WEATHER_TOOL, body
 

@@ -12,10 +12,10 @@ import pytest
 from anthropic.types import Message
 
 from rltap.canonical import canonical_message
-from rltap.errors import InvalidRequest
 from rltap.generation import CanonicalRequest, Generation, UnsupportedContent
 from rltap.protocols import anthropic_messages
 from rltap.protocols.anthropic_messages import ID_PREFIX, build_response, parse_request
+from rltap.record.errors import InvalidRequest
 
 from ..wire import sse_bytes
 from .support import (

@@ -7,7 +7,9 @@ import orjson
 import pytest
 from anthropic.types import ErrorResponse, Message
 
-from rltap.errors import (
+from rltap.generation import FinishReason, Generation
+from rltap.protocols.anthropic_messages import build_response, error_body, parse_request
+from rltap.record.errors import (
     AuthenticationError,
     CapacityExhausted,
     Conflict,
@@ -22,8 +24,6 @@ from rltap.errors import (
     RltapError,
     SessionGone,
 )
-from rltap.generation import FinishReason, Generation
-from rltap.protocols.anthropic_messages import build_response, error_body, parse_request
 
 from .support import GENERATIONS, USER, body, make_generation, request_for, sdk_client
 

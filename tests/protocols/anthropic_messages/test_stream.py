@@ -11,10 +11,10 @@ from anthropic.types import Message, RawMessageStreamEvent
 from pydantic import TypeAdapter
 
 from rltap.canonical import canonical_message
-from rltap.chat.parsed import ContentDelta, Delta, ToolCallArgumentsDelta, ToolCallStartDelta
-from rltap.errors import EngineUnavailable
 from rltap.generation import Generation, GenerationDelta, GenerationEnd, GenerationStart
 from rltap.protocols.anthropic_messages import StreamEncoder, build_response, parse_request
+from rltap.record.errors import EngineUnavailable
+from rltap.record.parsed import ContentDelta, Delta, ToolCallArgumentsDelta, ToolCallStartDelta
 from rltap.sse import SSEEvent
 
 from ..wire import sse_bytes

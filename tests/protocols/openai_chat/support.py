@@ -15,14 +15,6 @@ import httpx2
 import openai
 import pytest
 
-from rltap.chat.parsed import (
-    ContentDelta,
-    Delta,
-    ReasoningDelta,
-    ToolCallArgumentsDelta,
-    ToolCallStartDelta,
-    fold_deltas,
-)
 from rltap.generation import (
     CanonicalRequest,
     FinishReason,
@@ -33,8 +25,16 @@ from rltap.generation import (
     StreamEvent,
 )
 from rltap.protocols import openai_chat as proto
+from rltap.record.parsed import (
+    ContentDelta,
+    Delta,
+    ReasoningDelta,
+    ToolCallArgumentsDelta,
+    ToolCallStartDelta,
+    fold_deltas,
+)
+from rltap.record.types import ModelResponse, StopReason
 from rltap.sse import SSEEvent
-from rltap.types import ModelResponse, StopReason
 
 from ..wire import encode_stream
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from rltap.errors import InvalidRequest
+from rltap.record.errors import InvalidRequest
 
 from .support import request
 

@@ -8,9 +8,9 @@ import orjson
 import pytest
 from openai.types.chat import ChatCompletion
 
-from rltap.chat.parsed import ContentDelta
-from rltap.errors import EngineError, InvalidRequest, RltapError
 from rltap.protocols import openai_chat as proto
+from rltap.record.errors import EngineError, InvalidRequest, RltapError
+from rltap.record.parsed import ContentDelta
 
 from .support import CREATED, PROMPT_LEN, SCENARIOS, Scenario, generation_of, request, sdk_client
 

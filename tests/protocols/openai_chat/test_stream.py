@@ -13,16 +13,16 @@ from hypothesis import strategies as st
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from rltap.chat.parsed import (
+from rltap.generation import StreamEvent
+from rltap.protocols import openai_chat as proto
+from rltap.record.errors import EngineError
+from rltap.record.parsed import (
     ContentDelta,
     Delta,
     ReasoningDelta,
     ToolCallArgumentsDelta,
     ToolCallStartDelta,
 )
-from rltap.errors import EngineError
-from rltap.generation import StreamEvent
-from rltap.protocols import openai_chat as proto
 from rltap.sse import SSEEvent
 
 from ..wire import sse_bytes

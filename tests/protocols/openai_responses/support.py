@@ -13,15 +13,6 @@ import httpx2
 import openai
 import pytest
 
-from rltap.chat.parsed import (
-    ContentDelta,
-    Delta,
-    ParsedOutput,
-    ParsedToolCall,
-    ReasoningDelta,
-    ToolCallArgumentsDelta,
-    ToolCallStartDelta,
-)
 from rltap.generation import (
     CanonicalRequest,
     FinishReason,
@@ -32,8 +23,17 @@ from rltap.generation import (
     StreamEvent,
 )
 from rltap.protocols import openai_responses as proto
+from rltap.record.parsed import (
+    ContentDelta,
+    Delta,
+    ParsedOutput,
+    ParsedToolCall,
+    ReasoningDelta,
+    ToolCallArgumentsDelta,
+    ToolCallStartDelta,
+)
+from rltap.record.types import ModelResponse, StopReason
 from rltap.sse import SSEEvent
-from rltap.types import ModelResponse, StopReason
 
 from ..wire import assistant_message, encode_stream
 

@@ -12,9 +12,9 @@ import pytest
 from openai.types.responses import Response
 
 from rltap.canonical import canonical_message
-from rltap.errors import InvalidRequest
 from rltap.generation import UnsupportedContent
 from rltap.protocols import openai_responses as proto
+from rltap.record.errors import InvalidRequest
 
 from .support import (
     CASE_PARAMS,

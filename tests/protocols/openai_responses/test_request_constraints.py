@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from rltap.errors import InvalidRequest
 from rltap.protocols import openai_responses as proto
+from rltap.record.errors import InvalidRequest
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 FUNCTION = {"type": "function", "name": "g", "parameters": {"type": "object"}}

@@ -14,16 +14,16 @@ from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
 from rltap.canonical import canonical_message
-from rltap.chat.parsed import (
+from rltap.generation import GenerationDelta, GenerationEnd, GenerationStart, StreamEvent
+from rltap.protocols import openai_responses as proto
+from rltap.record.errors import CapacityExhausted, EngineError
+from rltap.record.parsed import (
     ContentDelta,
     Delta,
     ReasoningDelta,
     ToolCallArgumentsDelta,
     ToolCallStartDelta,
 )
-from rltap.errors import CapacityExhausted, EngineError
-from rltap.generation import GenerationDelta, GenerationEnd, GenerationStart, StreamEvent
-from rltap.protocols import openai_responses as proto
 from rltap.sse import SSEEvent
 
 from ..wire import sse_bytes

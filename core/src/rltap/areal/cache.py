@@ -23,9 +23,9 @@ from typing import Any, cast
 
 from rltap.areal.io_struct import to_rltap_response
 from rltap.cache import InteractionCache as TreeCache
-from rltap.errors import InvalidRequest
 from rltap.export import ExportStyle, export_interactions
-from rltap.types import InteractionStatus, InteractionWithTokenLogpReward
+from rltap.record.errors import InvalidRequest
+from rltap.record.types import InteractionStatus, InteractionWithTokenLogpReward
 
 __all__ = ["InteractionCache"]
 

@@ -29,8 +29,8 @@ from pydantic import BaseModel
 from rltap.areal.cache import InteractionCache
 from rltap.areal.engine import as_rltap_engine
 from rltap.client import RLTAP_ERROR, DirectOpenAI
-from rltap.errors import RltapError
-from rltap.types import InteractionWithTokenLogpReward
+from rltap.record.errors import RltapError
+from rltap.record.types import InteractionWithTokenLogpReward
 
 __all__ = ["ArealOpenAI"]
 

@@ -18,8 +18,8 @@ from typing import Any
 
 from rltap.areal.io_struct import request_classes, to_rltap_response
 from rltap.engines.base import EngineBase, InferenceEngine
-from rltap.errors import EngineError, InvalidRequest, RltapError
-from rltap.types import LogprobConvention, ModelRequest, ModelResponse, TokenChunk
+from rltap.record.errors import EngineError, InvalidRequest, RltapError
+from rltap.record.types import LogprobConvention, ModelRequest, ModelResponse, TokenChunk
 
 __all__ = ["ArealEngine", "as_rltap_engine"]
 

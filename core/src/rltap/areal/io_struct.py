@@ -14,8 +14,8 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from rltap.types import LogprobConvention, StopReason
-from rltap.types import ModelResponse as RltapResponse
+from rltap.record.types import LogprobConvention, StopReason
+from rltap.record.types import ModelResponse as RltapResponse
 
 __all__ = [
     "GenerationHyperparameters",

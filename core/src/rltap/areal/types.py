@@ -7,6 +7,6 @@ keywords, and `to_tensor_dict()` gives AReaL's tensors (int32 ids, masks and ver
 
 from __future__ import annotations
 
-from rltap.types import InteractionWithTokenLogpReward
+from rltap.record.types import InteractionWithTokenLogpReward
 
 __all__ = ["InteractionWithTokenLogpReward"]

@@ -2,16 +2,6 @@
 
 from __future__ import annotations
 
-from rltap.chat.parsed import (
-    ContentDelta,
-    Delta,
-    ParsedOutput,
-    ParsedToolCall,
-    ReasoningDelta,
-    ToolCallArgumentsDelta,
-    ToolCallStartDelta,
-    fold_deltas,
-)
 from rltap.chat.reasoning import REASONING_PARSERS, ReasoningParser, get_reasoning_parser
 from rltap.chat.registry import Registry, UnknownNameError
 from rltap.chat.renderer import ChatRenderer, ParentTokens, RenderedPrompt, RenderMode
@@ -23,6 +13,16 @@ from rltap.chat.streaming import (
     parse_output,
 )
 from rltap.chat.tool_parsers import TOOL_PARSERS, ToolParser, get_tool_parser
+from rltap.record.parsed import (
+    ContentDelta,
+    Delta,
+    ParsedOutput,
+    ParsedToolCall,
+    ReasoningDelta,
+    ToolCallArgumentsDelta,
+    ToolCallStartDelta,
+    fold_deltas,
+)
 
 __all__ = [
     "REASONING_PARSERS",

@@ -58,8 +58,8 @@ from rltap.chat.lark_syntax import TokenSyntax, literal, text_without
 from rltap.chat.lru import LRUCache
 from rltap.chat.streaming import OutputParser
 from rltap.chat.tool_call_stream import ToolParser
-from rltap.errors import InvalidRequest
-from rltap.types import Constraint
+from rltap.record.errors import InvalidRequest
+from rltap.record.types import Constraint
 
 if TYPE_CHECKING:
     from rltap.chat.renderer import ChatRenderer

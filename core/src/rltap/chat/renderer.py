@@ -48,8 +48,8 @@ from rltap.chat.lru import LRUCache
 from rltap.chat.piece_encoder import PieceEncoder
 from rltap.chat.stream_decoder import StreamDecoder
 from rltap.chat.template_render import REASONING_FIELDS, CompiledChatTemplate
-from rltap.errors import InvalidRequest
-from rltap.types import InteractionWithTokenLogpReward
+from rltap.record.errors import InvalidRequest
+from rltap.record.types import InteractionWithTokenLogpReward
 
 __all__ = ["ChatRenderer", "ParentTokens", "RenderMode", "RenderedPrompt", "StreamDecoder"]
 

@@ -32,16 +32,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rltap.chat.parsed import (
+from rltap.chat.reasoning import ReasoningParser, ReasoningStream, get_reasoning_parser
+from rltap.chat.tool_call_stream import ToolCallStream, ToolParser
+from rltap.chat.tool_parsers import get_tool_parser
+from rltap.record.parsed import (
     ContentDelta,
     Delta,
     IdFactory,
     ParsedOutput,
     ReasoningDelta,
 )
-from rltap.chat.reasoning import ReasoningParser, ReasoningStream, get_reasoning_parser
-from rltap.chat.tool_call_stream import ToolCallStream, ToolParser
-from rltap.chat.tool_parsers import get_tool_parser
 
 __all__ = [
     "OutputParser",

@@ -24,7 +24,7 @@ from abc import ABC, abstractmethod
 from typing import ClassVar
 
 from rltap.chat.lark_syntax import TokenSyntax, literal, text_without
-from rltap.chat.parsed import (
+from rltap.record.parsed import (
     ContentDelta,
     Delta,
     IdFactory,

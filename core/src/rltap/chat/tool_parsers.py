@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 
 from rltap.chat.lark_syntax import TokenSyntax, literal, text_without
-from rltap.chat.parsed import IdFactory
 from rltap.chat.registry import Registry
 from rltap.chat.tool_call_stream import (
     StreamState,
@@ -28,6 +27,7 @@ from rltap.chat.tool_call_stream import (
     call_fields,
     loads_json,
 )
+from rltap.record.parsed import IdFactory
 
 __all__ = [
     "TOOL_PARSERS",

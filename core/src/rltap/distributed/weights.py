@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from rltap.distributed.cluster import require_ray
 from rltap.distributed.pool import ActorPool
-from rltap.errors import EngineError
+from rltap.record.errors import EngineError
 from rltap.train.sync import save_weights
 
 if TYPE_CHECKING:

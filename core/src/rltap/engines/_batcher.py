@@ -14,7 +14,7 @@ from typing import Any, Generic, TypeVar
 
 import torch
 
-from rltap.errors import EngineError
+from rltap.record.errors import EngineError
 
 __all__ = ["KVBatch", "check_cache_layout"]
 

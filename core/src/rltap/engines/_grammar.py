@@ -23,8 +23,8 @@ import llguidance.numpy
 import numpy as np
 
 from rltap.chat.grammar_tokenizer import llguidance_tokenizer
-from rltap.errors import EngineError, InvalidRequest
-from rltap.types import Constraint
+from rltap.record.errors import EngineError, InvalidRequest
+from rltap.record.types import Constraint
 
 __all__ = ["GrammarTokenizer", "RequestGrammar", "allowed_tokens"]
 

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from rltap.errors import EngineError
+from rltap.record.errors import EngineError
 
 __all__ = [
     "ModelHost",

@@ -21,8 +21,14 @@ import aiohttp
 
 from rltap.engines._http_client import EngineHTTPClient, iter_sse_data
 from rltap.engines.base import EngineBase
-from rltap.errors import EngineError
-from rltap.types import LogprobConvention, ModelRequest, ModelResponse, StopReason, TokenChunk
+from rltap.record.errors import EngineError
+from rltap.record.types import (
+    LogprobConvention,
+    ModelRequest,
+    ModelResponse,
+    StopReason,
+    TokenChunk,
+)
 
 __all__ = ["EventReader", "HTTPEngineBase", "InflightRequests"]
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import aiohttp
 import orjson
 
-from rltap.errors import EngineError, EngineTimeout, EngineUnavailable
+from rltap.record.errors import EngineError, EngineTimeout, EngineUnavailable
 
 __all__ = [
     "EXCEPTION_MAP",

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from rltap.engines._grammar import RequestGrammar, allowed_tokens
-from rltap.types import ModelRequest, StopReason
+from rltap.record.types import ModelRequest, StopReason
 
 __all__ = [
     "MaskWorker",

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from rltap.engines._grammar import RequestGrammar
 from rltap.engines._sampling import RowSampler, StopCriteria
-from rltap.types import ModelRequest, StopReason, TokenChunk
+from rltap.record.types import ModelRequest, StopReason, TokenChunk
 
 __all__ = ["Emission", "Mailbox", "Slot", "abort_chunk", "merge_chunks"]
 

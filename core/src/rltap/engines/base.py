@@ -8,7 +8,7 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator
 from typing import Protocol, runtime_checkable
 
-from rltap.types import LogprobConvention, ModelRequest, ModelResponse, TokenChunk
+from rltap.record.types import LogprobConvention, ModelRequest, ModelResponse, TokenChunk
 
 __all__ = ["EngineBase", "InferenceEngine"]
 
@@ -20,7 +20,7 @@ class InferenceEngine(Protocol):
     `stream` yields `TokenChunk`s as tokens are produced; the last chunk carries the stop reason.
     Closing the stream early (`aclose`, or cancelling the task consuming it) aborts the request
     and frees its slot. `generate` is `stream` collected into one `ModelResponse`. Failures raise
-    `rltap.errors.EngineError` (or a subclass) with `is_retryable` set.
+    `rltap.record.errors.EngineError` (or a subclass) with `is_retryable` set.
     """
 
     logprob_convention: LogprobConvention

@@ -36,8 +36,8 @@ from rltap.engines._hf import (
 )
 from rltap.engines._sampling import StopCriteria
 from rltap.engines.base import EngineBase
-from rltap.errors import ContextLengthExceeded, EngineError
-from rltap.types import LogprobConvention, ModelRequest, StopReason, TokenChunk
+from rltap.record.errors import ContextLengthExceeded, EngineError
+from rltap.record.types import LogprobConvention, ModelRequest, StopReason, TokenChunk
 
 __all__ = ["Script", "ScriptedEngine", "load_script"]
 

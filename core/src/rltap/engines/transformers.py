@@ -35,7 +35,7 @@ from rltap.engines._hf import (
 from rltap.engines._sampling import MaskWorker, RowSampler, StopCriteria, sample_rows
 from rltap.engines._slots import Emission, Slot, abort_chunk, merge_chunks
 from rltap.engines.base import EngineBase
-from rltap.errors import (
+from rltap.record.errors import (
     Conflict,
     ContextLengthExceeded,
     EngineError,
@@ -43,7 +43,7 @@ from rltap.errors import (
     InvalidRequest,
     RltapError,
 )
-from rltap.types import LogprobConvention, ModelRequest, TokenChunk
+from rltap.record.types import LogprobConvention, ModelRequest, TokenChunk
 
 __all__ = ["TransformersEngine"]
 

@@ -34,8 +34,8 @@ import orjson
 
 from rltap.engines._http import EventReader, HTTPEngineBase
 from rltap.engines._http_errors import error_for_status
-from rltap.errors import EngineError
-from rltap.types import (
+from rltap.record.errors import EngineError
+from rltap.record.types import (
     Constraint,
     LogprobConvention,
     ModelRequest,

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from rltap.errors import InvalidRequest
+from rltap.record.errors import InvalidRequest
 
 __all__ = ["errors_to_invalid_request", "format_param", "validation_error_to_invalid_request"]
 

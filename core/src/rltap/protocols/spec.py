@@ -13,9 +13,9 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
-from rltap.errors import InvalidRequest, RltapError
 from rltap.generation import CanonicalRequest, Generation, StreamEvent
 from rltap.protocols._validation import validation_error_to_invalid_request
+from rltap.record.errors import InvalidRequest, RltapError
 from rltap.sse import SSEEvent
 
 __all__ = ["ApiSpec", "StreamEncoder"]

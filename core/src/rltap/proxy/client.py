@@ -6,7 +6,7 @@ Usage:
         await session.set_last_reward(1.0)
     interactions = await session.export_interactions(discount=0.9, style="concat")
 
-Style "tree" is one `TreePack` (`rltap.train.pack`), not interactions: `export_tree` returns it;
+Style "tree" is one `TreePack` (`rltap.record.pack`), not interactions: `export_tree` returns it;
 `export_trajectories` returns the raw body, which `interactions_from_export` (each interaction's
 own sequence, cut out of the pack) and `tree_from_export` both read.
 """
@@ -23,10 +23,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import httpx
 import numpy as np
 
-from rltap import errors
-from rltap.rewards import DiscountMode
-from rltap.tensor_codec import decode_tensors
-from rltap.types import (
+from rltap.record import errors
+from rltap.record.tensor_codec import decode_tensors
+from rltap.record.types import (
     InteractionStatus,
     InteractionWithTokenLogpReward,
     Link,
@@ -35,9 +34,10 @@ from rltap.types import (
     StopReason,
     TokenSequence,
 )
+from rltap.rewards import DiscountMode
 
 if TYPE_CHECKING:
-    from rltap.train.pack import TreePack
+    from rltap.record.pack import TreePack
 
 __all__ = ["OpenAIProxyClient", "Reply", "interactions_from_export", "tree_from_export"]
 
@@ -209,7 +209,7 @@ class OpenAIProxyClient:
 
 def tree_from_export(body: Mapping[str, Any]) -> TreePack:
     """The `TreePack` of an `/export_trajectories` body of style "tree"."""
-    from rltap.train.pack_io import decode_pack
+    from rltap.record.pack_io import decode_pack
 
     if "tree" not in body:
         msg = f"the export body is of style {body.get('style')!r}, not 'tree'"

@@ -6,7 +6,7 @@ number, not a string).
 
 `POST /export_trajectories` answers in one of two formats, the request's `format` or else the
 proxy's `ProxyConfig.export_format` (`rltap serve --export-format`), each with its tensor envelope
-from `rltap.tensor_codec`:
+from `rltap.record.tensor_codec`:
 - `"rltap"`: `{"session_id", "task_id", "state", "style", "discount", "discount_mode",
   "link_factors", "interactions": [...], "not_exported": [...]}`, each interaction with its
   links, messages, lengths and `"tensors"`; the settings used are echoed.
@@ -15,7 +15,7 @@ from `rltap.tensor_codec`:
   reads. It also carries `"not_exported"`, an extra key AReaL's reader ignores.
 Style `"tree"` (rltap's format only; the areal format refuses it with a 400 naming `style`) gives
 the same keys, with `"interactions"` holding each interaction's metadata without `"tensors"`,
-and adds `"tree"`: the session's one token trie (`rltap.train.pack`), as `rltap.train.pack_io`'s
+and adds `"tree"`: the session's one token trie (`rltap.record.pack`), as `rltap.record.pack_io`'s
 `encode_pack` writes it: `{"tensors": {per-token array: envelope}, "interaction_ids", "leaves":
 [{"interaction_id", "reward", "path"}]}`.
 `not_exported` lists the in-flight, failed and aborted interactions with their status and error.
@@ -38,7 +38,6 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from rltap.errors import Conflict, InvalidRequest, NotFound
 from rltap.export import ExportStyle, export_tree
 from rltap.proxy.requests import request_key
 from rltap.proxy.routing import (
@@ -50,10 +49,11 @@ from rltap.proxy.routing import (
     proxy_state,
 )
 from rltap.proxy.state import ProxyState, SessionRecord, SessionState
+from rltap.record.errors import Conflict, InvalidRequest, NotFound
+from rltap.record.tensor_codec import TensorEnvelope, encode_tensors
+from rltap.record.types import InteractionStatus, InteractionWithTokenLogpReward
 from rltap.rewards import Aggregate, DiscountMode, check_link_factors, check_reward
 from rltap.session import Session
-from rltap.tensor_codec import TensorEnvelope, encode_tensors
-from rltap.types import InteractionStatus, InteractionWithTokenLogpReward
 
 __all__ = [
     "ROUTERS",
@@ -334,7 +334,7 @@ def export_body(
 
 def _tree(exported: list[InteractionWithTokenLogpReward]) -> dict[str, Any]:
     # Imported here: only a tree export needs the training package.
-    from rltap.train.pack_io import encode_pack
+    from rltap.record.pack_io import encode_pack
 
     rewards = {node.interaction_id: float(node.reward or 0.0) for node in exported}
     return encode_pack(export_tree(exported, rewards))

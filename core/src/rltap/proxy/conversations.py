@@ -21,7 +21,6 @@ from typing import Any, Literal
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel
 
-from rltap.errors import InvalidRequest, NotFound
 from rltap.generation import CanonicalRequest, Generation
 from rltap.protocols import ApiSpec
 from rltap.protocols.openai_responses import ResponsesRequest
@@ -43,6 +42,7 @@ from rltap.protocols.openai_responses.input_items import input_messages
 from rltap.protocols.openai_responses.response import output_items
 from rltap.proxy.routing import SessionRoute, caller_session, json_response, proxy_state
 from rltap.proxy.state import SessionRecord
+from rltap.record.errors import InvalidRequest, NotFound
 
 __all__ = ["ROUTER", "with_conversation"]
 

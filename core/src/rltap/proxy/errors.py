@@ -18,9 +18,9 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
-from rltap.errors import CapacityExhausted, InvalidRequest, NotFound, RltapError
 from rltap.protocols import SPECS, spec_for_path
 from rltap.protocols._validation import errors_to_invalid_request
+from rltap.record.errors import CapacityExhausted, InvalidRequest, NotFound, RltapError
 
 __all__ = ["CLIENT_CLOSED", "error_response", "http_error", "install_error_handlers"]
 

@@ -6,7 +6,7 @@ import argparse
 
 from rltap.chat.renderer import RenderMode
 from rltap.engines.factory import ENGINE_KINDS
-from rltap.tensor_codec import TENSOR_ENVELOPES
+from rltap.record.tensor_codec import TENSOR_ENVELOPES
 
 __all__ = ["add_serve_arguments"]
 

@@ -29,7 +29,9 @@ from typing import TYPE_CHECKING
 
 from rltap.chat.renderer import ChatRenderer
 from rltap.engines.base import InferenceEngine
-from rltap.errors import (
+from rltap.protocols.openai_responses.conversations import ConversationStore
+from rltap.proxy.metrics import ProxyMetrics
+from rltap.record.errors import (
     AuthenticationError,
     CapacityExhausted,
     Conflict,
@@ -38,11 +40,9 @@ from rltap.errors import (
     PermissionDenied,
     SessionGone,
 )
-from rltap.ids import random_hex
-from rltap.protocols.openai_responses.conversations import ConversationStore
-from rltap.proxy.metrics import ProxyMetrics
+from rltap.record.ids import random_hex
+from rltap.record.tensor_codec import TensorEnvelope
 from rltap.session import Session, SessionConfig
-from rltap.tensor_codec import TensorEnvelope
 
 if TYPE_CHECKING:
     from rltap.store.capture import CaptureStore

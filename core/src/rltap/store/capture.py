@@ -38,12 +38,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rltap.errors import StoreUnavailable
+from rltap.record.errors import StoreUnavailable
+from rltap.record.types import InteractionWithTokenLogpReward
 from rltap.store import writer
 from rltap.store.retention import Retention, prune, prune_statements
 from rltap.store.rows import INSERT_INTERACTION, StoredSession, interaction_row, load_session
 from rltap.store.schema import PRAGMAS, connect
-from rltap.types import InteractionWithTokenLogpReward
 
 __all__ = ["CaptureStore", "SessionJournal", "StoreInUse"]
 

@@ -1,7 +1,7 @@
 """Token columns as compact blobs: little-endian int32 ids and versions, float32 logprobs.
 
 Four bytes a token instead of a JSON number's six to twenty; the same dtypes as every export
-(`rltap.types.TokenSequence.to_arrays`), so a blob reads back into the export's arrays at once.
+(`rltap.record.types.TokenSequence.to_arrays`), so a blob reads back into the export's arrays at once.
 """
 
 from __future__ import annotations

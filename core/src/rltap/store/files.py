@@ -10,7 +10,7 @@ or `export_tree`, rewards discounted along its tree); the files hold what comes 
   text), `output_text`, `input_ids`, `loss_mask`, `logprobs`, `versions`, `constrained`.
   `datasets.load_dataset("parquet", data_files=PATH)` reads the Parquet file as it is.
 - `safetensors`: the batch `rltap rollout` writes (`individual` / `concat`: right-padded
-  [B, L] tensors; `tree`: one pack per session, `rltap.train.pack_io.save_packs`).
+  [B, L] tensors; `tree`: one pack per session, `rltap.record.pack_io.save_packs`).
 
 Sessions open at a proxy's death are exported with `session_state` `interrupted`; calls that
 failed are never rows.
@@ -68,7 +68,7 @@ def _interaction_rows(
 
 
 def _tree_row(stored: StoredSession, discount: float) -> dict[str, Any] | None:
-    from rltap.train.pack_io import pack_arrays
+    from rltap.record.pack_io import pack_arrays
 
     pack = stored.cache.export_tree(reward_discount=discount)
     if not pack.interaction_ids:
@@ -140,7 +140,7 @@ def _write_jsonl(out: Path, rows: Iterator[dict[str, Any]]) -> int:
 
 
 def _write_packs(out: Path, reader: StoreReader, discount: float) -> int:
-    from rltap.train.pack_io import save_packs
+    from rltap.record.pack_io import save_packs
 
     packs = [stored.cache.export_tree(reward_discount=discount) for stored in reader.sessions()]
     packs = [pack for pack in packs if pack.interaction_ids]

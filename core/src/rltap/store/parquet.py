@@ -36,7 +36,7 @@ def parquet_schema(style: ExportStyle) -> pa.Schema:
     head = [("session_id", text), ("task_id", text), ("session_state", text)]
     if style == "tree":
         leaf = pa.struct([("interaction_id", text), ("reward", pa.float32()), ("path", ints)])
-        from rltap.train.pack_io import PACK_ARRAYS
+        from rltap.record.pack_io import PACK_ARRAYS
 
         per_token = [(name, floats if name in _FLOAT_ARRAYS else ints) for name in PACK_ARRAYS]
         return pa.schema(

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from rltap.errors import NotFound
+from rltap.record.errors import NotFound
 from rltap.store.rows import COLUMNS, StoredSession, load_session, restore_cache
 from rltap.store.schema import STORE_FILE, connect
 

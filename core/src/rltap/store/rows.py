@@ -16,8 +16,7 @@ import orjson
 
 from rltap.cache import InteractionCache
 from rltap.canonical import tools_context
-from rltap.store.codec import float_blob, floats, int_blob, ints
-from rltap.types import (
+from rltap.record.types import (
     InteractionStatus,
     InteractionWithTokenLogpReward,
     Link,
@@ -25,6 +24,7 @@ from rltap.types import (
     ModelResponse,
     StopReason,
 )
+from rltap.store.codec import float_blob, floats, int_blob, ints
 
 __all__ = [
     "COLUMNS",

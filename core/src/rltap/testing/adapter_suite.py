@@ -30,8 +30,8 @@ from typing import Any, ClassVar
 import httpx
 import pytest
 
-from rltap.errors import EngineError
 from rltap.proxy import OpenAIProxyClient
+from rltap.record.errors import EngineError
 from rltap.testing.harness import check_episode, scripted_proxy
 from rltap.testing.proxy import RunningProxy
 from rltap.testing.scripts import FINAL_PREFIX, echo

@@ -19,8 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from rltap.train.pack import TreePack, pack_interactions
-from rltap.types import InteractionStatus, InteractionWithTokenLogpReward, Link, ModelResponse
+from rltap.record.pack import TreePack, pack_interactions
+from rltap.record.types import (
+    InteractionStatus,
+    InteractionWithTokenLogpReward,
+    Link,
+    ModelResponse,
+)
 
 __all__ = [
     "SAMPLE_PACKS",

@@ -1,15 +1,15 @@
-"""Training on rltap's data: tree-packed trajectories (`rltap.train.pack`)."""
+"""Training on rltap's data: tree-packed trajectories (`rltap.record.pack`)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from rltap._lazy import lazy_getattr
+from rltap.record.pack import PackLeaf, TreePack, merge_tries, pack_interactions
+from rltap.record.pack_io import decode_pack, encode_pack, load_packs, save_packs
 from rltap.train.batches import micro_batches, split_pack
 from rltap.train.forward import Attention, packed_logprobs
 from rltap.train.layouts import VERL_KEYS, leaf_values, verl_batch
-from rltap.train.pack import PackLeaf, TreePack, merge_tries, pack_interactions
-from rltap.train.pack_io import decode_pack, encode_pack, load_packs, save_packs
 from rltap.train.run_dir import METRICS, REWARD_PLOT, TENSORBOARD, TRAIN_EXTRA, Checkpoint, RunDir
 
 if TYPE_CHECKING:

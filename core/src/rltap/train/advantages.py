@@ -23,7 +23,7 @@ from typing import Literal
 
 import numpy as np
 
-from rltap.train.pack import TreePack
+from rltap.record.pack import TreePack
 
 __all__ = ["Normalisation", "assign_advantages", "trainable_tokens"]
 

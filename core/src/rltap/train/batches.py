@@ -3,7 +3,7 @@
 `micro_batches(packs, token_budget, max_pack_tokens=...)` first splits every pack longer than
 `max_pack_tokens` (default: the budget), then places the pieces first-fit decreasing into
 micro-batches of at most `token_budget` tokens. A micro-batch is itself one `TreePack`: a forest
-whose roots are its pieces' roots (`rltap.train.pack_io.concat_packs`), so one packed forward
+whose roots are its pieces' roots (`rltap.record.pack_io.concat_packs`), so one packed forward
 (`rltap.train.forward.packed_logprobs`) computes every piece at once and no piece sees another.
 
 Splitting keeps every token's full context. A pack is cut at a branch point: the subtree under
@@ -26,9 +26,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from rltap.errors import ContextLengthExceeded
-from rltap.train.pack import PackLeaf, TreePack
-from rltap.train.pack_io import PACK_ARRAYS, concat_packs
+from rltap.record.errors import ContextLengthExceeded
+from rltap.record.pack import PackLeaf, TreePack
+from rltap.record.pack_io import PACK_ARRAYS, concat_packs
 
 __all__ = ["micro_batches", "split_pack"]
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
-from rltap.train.pack import TreePack
+from rltap.record.pack import TreePack
 
 if TYPE_CHECKING:
     import numpy as np

@@ -25,7 +25,7 @@
     elsewhere, where verl's reward managers put a sequence's score.
   A generated token shared by several leaves (an earlier turn under a branch) is in each of
   their rows, as in the `concat` export.
-- The file: micro-batches are packs, so `rltap.train.pack_io.save_packs(path, micro_batches)`
+- The file: micro-batches are packs, so `rltap.record.pack_io.save_packs(path, micro_batches)`
   writes them into one `batch.safetensors` (its module docstring lists the keys; `pack_offsets`
   bounds each micro-batch) and `load_packs` reads them back.
 """
@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rltap.train.pack import TreePack
+from rltap.record.pack import TreePack
 
 __all__ = ["VERL_KEYS", "leaf_values", "verl_batch"]
 

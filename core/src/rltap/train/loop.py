@@ -40,10 +40,10 @@ from rich.progress import Progress
 from rich.table import Table
 
 from rltap.progress import progress_display
+from rltap.record.pack import TreePack
+from rltap.record.pack_io import load_packs
 from rltap.rollout import BATCH, RolloutSummary, load_rows, run_rollout
 from rltap.train.config import train_settings
-from rltap.train.pack import TreePack
-from rltap.train.pack_io import load_packs
 from rltap.train.run_dir import Checkpoint, RunDir
 from rltap.train.sync import WeightSync, weight_sync
 from rltap.train.trainer import PolicyTrainer

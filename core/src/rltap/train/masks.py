@@ -1,7 +1,7 @@
 """Attention masks of a `TreePack`: each token attends to its ancestors and to itself.
 
 Token i sees token j iff `j <= i < subtree_end[j]` (the pack's DFS enter/exit interval test, see
-`rltap.train.pack`). The same test in three forms:
+`rltap.record.pack`). The same test in three forms:
 
 - `tree_attention_mask(pack)`: a dense `[1, 1, N, N]` bool tensor, True where a query may attend,
   SDPA's `attn_mask` convention; with a float `dtype`, the additive form (0 where seen, the
@@ -29,7 +29,7 @@ from collections.abc import Callable
 import torch
 from torch.nn.attention.flex_attention import BlockMask
 
-from rltap.train.pack import TreePack
+from rltap.record.pack import TreePack
 
 __all__ = ["MaskMod", "tree_attention_mask", "tree_block_mask", "tree_mask_mod"]
 

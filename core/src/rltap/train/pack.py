@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rltap.errors import ExportMismatch
-from rltap.types import InteractionWithTokenLogpReward
+from rltap.record.errors import ExportMismatch
+from rltap.record.types import InteractionWithTokenLogpReward
 
 __all__ = ["PackLeaf", "TreePack", "merge_tries", "pack_interactions"]
 

@@ -1,9 +1,9 @@
-"""A `TreePack` (`rltap.train.pack`) as named arrays: on the wire and in `batch.safetensors`.
+"""A `TreePack` (`rltap.record.pack`) as named arrays: on the wire and in `batch.safetensors`.
 
 On the wire (`/export_trajectories` with style "tree", `encode_pack` / `decode_pack`):
 `{"tensors": {name: rltap tensor envelope}, "interaction_ids": [...], "leaves": [{"interaction_id",
 "reward", "path": envelope}]}`, where the tensors are the pack's per-token arrays (`PACK_ARRAYS`,
-each shape [N]) in `rltap.tensor_codec`'s rltap envelope, and a leaf's path is an int32 [len].
+each shape [N]) in `rltap.record.tensor_codec`'s rltap envelope, and a leaf's path is an int32 [len].
 
 In a file (`save_packs` / `load_packs`; `rltap rollout --style tree` writes its `batch.safetensors`
 this way), P packs laid end to end, every index local to its own pack:
@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from rltap.tensor_codec import decode_tensor, decode_tensors, encode_tensor, encode_tensors
-from rltap.train.pack import PackLeaf, TreePack
+from rltap.record.pack import PackLeaf, TreePack
+from rltap.record.tensor_codec import decode_tensor, decode_tensors, encode_tensor, encode_tensors
 
 __all__ = [
     "PACK_ARRAYS",

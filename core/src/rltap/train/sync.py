@@ -49,7 +49,7 @@ from rltap.engines._http_client import EngineHTTPClient
 from rltap.engines._http_errors import error_for_status, map_http_errors
 from rltap.engines.sglang import SGLangEngine
 from rltap.engines.vllm import VLLMEngine
-from rltap.errors import EngineError
+from rltap.record.errors import EngineError
 
 if TYPE_CHECKING:
     import torch

@@ -28,11 +28,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from rltap.record.pack import TreePack
 from rltap.train.advantages import Normalisation, assign_advantages, trainable_tokens
 from rltap.train.batches import micro_batches
 from rltap.train.forward import Attention, packed_token_stats
 from rltap.train.loss import LossSettings, LossSums, policy_loss
-from rltap.train.pack import TreePack
 
 __all__ = ["PolicyTrainer", "TrainSettings"]
 

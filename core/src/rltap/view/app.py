@@ -23,8 +23,8 @@ from typing import Any
 from fastapi import FastAPI, Query
 from fastapi.responses import FileResponse
 
-from rltap.errors import NotFound
 from rltap.proxy import install_error_handlers
+from rltap.record.errors import NotFound
 from rltap.store.read import StoreReader
 from rltap.view import data
 from rltap.view.runs import Run, find_runs

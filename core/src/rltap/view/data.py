@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from rltap.errors import InvalidRequest, NotFound
+from rltap.record.errors import InvalidRequest, NotFound
+from rltap.record.types import InteractionWithTokenLogpReward
 from rltap.store.read import SESSION_TOTALS, StoreReader
-from rltap.types import InteractionWithTokenLogpReward
 
 __all__ = ["SORT_KEYS", "interaction_detail", "reward_histogram", "session_list", "session_tree"]
 

@@ -12,7 +12,7 @@ Usage (as in AReaL):
 It is `rltap.OpenAIProxyClient` with AReaL's constructor and defaults: entering starts a session
 (without granting capacity, which AReaL's workflow does first), `base_url` is the proxy's
 address ending in "/", and `export_interactions` discounts in insertion order (AReaL's numbers).
-Errors are rltap's (`rltap.errors`; a 400 is also a ValueError), not aiohttp's.
+Errors are rltap's (`rltap.record.errors`; a 400 is also a ValueError), not aiohttp's.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import aiohttp
 
 from rltap.proxy import OpenAIProxyClient as RltapProxyClient
 from rltap.proxy import Reply
-from rltap.types import InteractionWithTokenLogpReward
+from rltap.record.types import InteractionWithTokenLogpReward
 
 __all__ = ["OpenAIProxyClient"]
 

@@ -12,8 +12,8 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Discriminator, Tag
 
-from rltap.errors import InvalidRequest
 from rltap.generation import UnsupportedContent
+from rltap.record.errors import InvalidRequest
 
 __all__ = [
     "ContentBlockParam",

@@ -43,7 +43,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from rltap.chat.constraints import check_request_schemas
-from rltap.errors import InvalidRequest
 from rltap.generation import CanonicalRequest, UnsupportedContent
 from rltap.protocols.anthropic_messages.content import (
     ContentBlockParam,
@@ -63,6 +62,7 @@ from rltap.protocols.anthropic_messages.reply_shape import (
     canonical_tool_choice,
     response_format,
 )
+from rltap.record.errors import InvalidRequest
 
 __all__ = [
     "ContentBlockParam",

@@ -23,8 +23,8 @@ from typing import Any
 
 import orjson
 
-from rltap.errors import RltapError, ThreadNotFound
 from rltap.generation import CanonicalRequest, Generation
+from rltap.record.errors import RltapError, ThreadNotFound
 
 __all__ = [
     "ID_PREFIX",

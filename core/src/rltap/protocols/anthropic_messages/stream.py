@@ -19,14 +19,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rltap.chat.parsed import (
-    ContentDelta,
-    Delta,
-    ReasoningDelta,
-    ToolCallArgumentsDelta,
-    ToolCallStartDelta,
-)
-from rltap.errors import RltapError
 from rltap.generation import (
     CanonicalRequest,
     Generation,
@@ -36,6 +28,14 @@ from rltap.generation import (
     StreamEvent,
 )
 from rltap.protocols.anthropic_messages.response import error_body, stop_reason, tool_use_id
+from rltap.record.errors import RltapError
+from rltap.record.parsed import (
+    ContentDelta,
+    Delta,
+    ReasoningDelta,
+    ToolCallArgumentsDelta,
+    ToolCallStartDelta,
+)
 from rltap.sse import SSEEvent
 
 __all__ = ["StreamEncoder"]

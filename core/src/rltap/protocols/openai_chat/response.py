@@ -16,8 +16,8 @@ import math
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from rltap.errors import RltapError
 from rltap.generation import CanonicalRequest, FinishReason, Generation
+from rltap.record.errors import RltapError
 
 __all__ = [
     "ID_PREFIX",

@@ -18,14 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rltap.chat.parsed import (
-    ContentDelta,
-    Delta,
-    ReasoningDelta,
-    ToolCallArgumentsDelta,
-    ToolCallStartDelta,
-)
-from rltap.errors import RltapError
 from rltap.generation import (
     CanonicalRequest,
     GenerationDelta,
@@ -38,6 +30,14 @@ from rltap.protocols.openai_chat.response import (
     logprob_entries,
     usage,
     wire_finish_reason,
+)
+from rltap.record.errors import RltapError
+from rltap.record.parsed import (
+    ContentDelta,
+    Delta,
+    ReasoningDelta,
+    ToolCallArgumentsDelta,
+    ToolCallStartDelta,
 )
 from rltap.sse import SSEEvent
 

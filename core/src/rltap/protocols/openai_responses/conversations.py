@@ -27,8 +27,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from rltap.errors import InvalidRequest, NotFound
-from rltap.ids import random_hex
 from rltap.protocols._validation import format_param
 from rltap.protocols.openai_responses.input_items import (
     CompactionItem,
@@ -38,6 +36,8 @@ from rltap.protocols.openai_responses.input_items import (
     InputMessage,
     ReasoningItem,
 )
+from rltap.record.errors import InvalidRequest, NotFound
+from rltap.record.ids import random_hex
 
 __all__ = [
     "ConversationCreateRequest",

@@ -30,8 +30,8 @@ import math
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from rltap.errors import CapacityExhausted, InvalidRequest, RltapError
 from rltap.generation import CanonicalRequest, FinishReason, Generation
+from rltap.record.errors import CapacityExhausted, InvalidRequest, RltapError
 
 __all__ = [
     "ID_PREFIX",

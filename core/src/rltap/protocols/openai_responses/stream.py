@@ -39,14 +39,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rltap.chat.parsed import (
-    ContentDelta,
-    Delta,
-    ReasoningDelta,
-    ToolCallArgumentsDelta,
-    ToolCallStartDelta,
-)
-from rltap.errors import RltapError
 from rltap.generation import (
     CanonicalRequest,
     Generation,
@@ -68,6 +60,14 @@ from rltap.protocols.openai_responses.response import (
     response_status,
     usage,
     wants_summary,
+)
+from rltap.record.errors import RltapError
+from rltap.record.parsed import (
+    ContentDelta,
+    Delta,
+    ReasoningDelta,
+    ToolCallArgumentsDelta,
+    ToolCallStartDelta,
 )
 from rltap.sse import SSEEvent
 
