@@ -185,6 +185,49 @@ def test_the_same_agent_starting_over_during_its_own_tool_call_is_a_root() -> No
     assert (again.parent, again.link) == (None, Link.ROOT)
 
 
+def test_a_tool_call_left_unanswered_is_closed_once_the_session_moves_on() -> None:
+    # The orchestrator's tool call is never answered (its run ended on the call); another
+    # conversation goes on, then a structured-output call of another agent comes: it is no
+    # sub-agent of that stale tool call.
+    episode = Episode()
+    earlier = episode.call([system("Chat."), user("hi")], reply("hello"))
+    episode.call([system("Orchestrate."), user("go")], tool_call("translator"), tools=TOOLS)
+    moved_on = episode.call(
+        [system("Chat."), user("hi"), reply("hello"), user("more")], reply("sure")
+    )
+    extract = episode.call([system("Extract JSON."), user("a: 1")], reply('{"a":1}'))
+    assert (moved_on.parent, moved_on.link) == (earlier, Link.PREFIX)
+    assert (extract.parent, extract.link) == (None, Link.ROOT)
+
+
+def test_a_tool_call_is_closed_when_its_agent_starts_over() -> None:
+    episode = Episode()
+    episode.call([system("S"), user("q")], tool_call("add"), tools=TOOLS)
+    episode.call([system("S"), user("another question")], reply("a"), tools=TOOLS)  # a root
+    helper = episode.call([system("Summarise."), user("notes")], reply("short"))
+    assert (helper.parent, helper.link) == (None, Link.ROOT)
+
+
+def test_a_sub_agents_own_calls_keep_the_outer_tool_call_open() -> None:
+    episode = Episode()
+    outer = episode.call([system("Orchestrate."), user("go")], tool_call("research"), tools=TOOLS)
+    research = [system("Research."), user("go")]
+    sub = episode.call(research, tool_call("search", "call_2"), tools=OTHER_TOOLS)
+    deeper = episode.call([system("Search."), user("go")], reply("found"))
+    sub_done = episode.call(
+        [*research, tool_call("search", "call_2"), tool_result("found", "call_2")],
+        reply("report"),
+        tools=OTHER_TOOLS,
+    )
+    second = episode.call([system("Review."), user("report")], reply("fine"))
+    assert [(n.parent, n.link) for n in (sub, deeper, sub_done, second)] == [
+        (outer, Link.SUBAGENT),
+        (sub, Link.SUBAGENT),
+        (sub, Link.PREFIX),
+        (outer, Link.SUBAGENT),
+    ]
+
+
 def test_a_call_that_shares_nothing_is_a_root() -> None:
     episode = Episode()
     episode.call([user("q")], reply("a"))

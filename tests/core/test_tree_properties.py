@@ -145,16 +145,27 @@ def reference_link(
                 return parent, Link.REWRITE, parent.agent_id
             return parent, Link.HANDOFF, derive_agent_id(messages, None)
     derived = derive_agent_id(messages, None)
-    continuing = (Link.PREFIX, Link.REWRITE, Link.HANDOFF)
     open_calls = [
         node
-        for node in complete
-        if any(m.get("tool_calls") for m in node.output_message_list or [])
-        and not any(later.parent is node and later.link in continuing for later in nodes)
+        for position, node in enumerate(nodes)
+        if node.is_complete
+        and any(m.get("tool_calls") for m in node.output_message_list or [])
+        and not any(_closes(later, node) for later in nodes[position + 1 :])
     ]
     if open_calls and open_calls[-1].agent_id != derived:
         return open_calls[-1], Link.SUBAGENT, derived
     return None, Link.ROOT, derived
+
+
+def _closes(later: InteractionWithTokenLogpReward, opened: InteractionWithTokenLogpReward) -> bool:
+    """Whether `later` closes the tool call of `opened`: it continues it, or the session moved
+    on outside its subtree."""
+    if later.parent is opened:
+        return later.link is not Link.SUBAGENT
+    node = later.parent
+    while node is not None and node is not opened:
+        node = node.parent
+    return node is None
 
 
 def reference_anchor(

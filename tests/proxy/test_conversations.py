@@ -384,3 +384,35 @@ async def test_errors_in_the_input_name_the_clients_own_items(
             input=[{"role": "user", "content": [part]}],  # type: ignore[list-item]
         )
     assert caught.value.body["param"] == param  # type: ignore[index]
+
+
+async def test_compacting_an_agents_conversation_is_a_rewrite_of_it(proxy: RunningProxy) -> None:
+    # As the Agents SDK's compaction session does: the agent's calls carry its instructions, the
+    # compaction call only the conversation; then the agent goes on from the compacted history.
+    session_id, key = await proxy.start_session()
+    client = client_for(proxy, key)
+    instructions = "You are the helpful agent."
+    first = await client.responses.create(model="tiny", instructions=instructions, input="one")
+    history: list[Any] = [
+        {"role": "user", "content": "one"},
+        {"role": "assistant", "content": first.output_text},
+    ]
+    compacted = await client.responses.compact(model="tiny", input=history)
+    follow_up = await client.responses.create(
+        model="tiny",
+        instructions=instructions,
+        input=[
+            *(item.model_dump(exclude_none=True, warnings=False) for item in compacted.output),
+            {"role": "user", "content": "next"},
+        ],
+    )
+    nodes = await recorded(proxy, key, session_id)
+    links = {
+        name: (nodes[id_]["link"], nodes[id_]["parent_id"], nodes[id_]["agent_id"])
+        for name, id_ in (("compaction", compacted.id), ("follow-up", follow_up.id))
+    }
+    agent = nodes[first.id]["agent_id"]
+    assert links == {
+        "compaction": ("rewrite", first.id, agent),
+        "follow-up": ("rewrite", compacted.id, agent),
+    }

@@ -303,6 +303,26 @@ async def test_other_routes_still_go_through_fastapi(proxy: RunningProxy) -> Non
     assert_envelope("/rl/set_reward", response, 413)
 
 
+async def test_parameterised_routes_are_counted_by_their_template(proxy: RunningProxy) -> None:
+    _, key = await proxy.start_session()
+    headers = {"authorization": f"Bearer {key}"}
+    paths = ["/v1/responses/resp_missing1", "/v1/responses/resp_missing2"]
+    paths += ["/v1/conversations/conv_x/items/msg_y", "/no/such/route/abc"]
+    before = await metrics(proxy)
+    for path in paths:
+        assert (await proxy.http.get(f"{proxy.url}{path}", headers=headers)).status_code == 404
+    values = await metrics(proxy)
+
+    def counted(route: str) -> float:
+        return requests_counted(values, route, 404) - requests_counted(before, route, 404)
+
+    assert counted("/v1/responses/{response_id}") == 2
+    assert counted("/v1/conversations/{conversation_id}/items/{item_id}") == 1
+    assert counted("other") == 1
+    routes = {dict(labels).get("route") for _, labels in values}
+    assert not [route for route in routes if route and "missing" in route]
+
+
 async def test_openapi_lists_the_generation_routes_with_their_request_bodies(
     proxy: RunningProxy,
 ) -> None:

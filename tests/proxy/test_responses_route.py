@@ -150,3 +150,25 @@ async def test_previous_response_id_is_resolved_within_the_session_only(
         model="tiny", previous_response_id=first.id, input="what did I say?"
     )
     assert follow_up.output_text == "Turn 1: you said: what did I say?"
+
+
+@pytest.mark.parametrize("stream", [pytest.param(False, id="json"), pytest.param(True, id="sse")])
+async def test_the_output_limit_applied_is_echoed(proxy: RunningProxy, stream: bool) -> None:
+    # The proxy's default (256 tokens) applies when the request sets none; a limit sent is
+    # echoed as sent. OpenAI echoes the limit it applied, never null.
+    _, key = await proxy.start_session()
+    client = client_for(proxy, key)
+    echoed = []
+    for limit in (None, 40):
+        extra: dict[str, Any] = {} if limit is None else {"max_output_tokens": limit}
+        if not stream:
+            response = await client.responses.create(model="tiny", input="hello", **extra)
+            echoed.append([response.max_output_tokens])
+            continue
+        async with client.responses.stream(model="tiny", input="hello", **extra) as events:
+            snapshots = [
+                e.response.max_output_tokens async for e in events if hasattr(e, "response")
+            ]
+        echoed.append(snapshots)
+    per_event = 1 if not stream else 3  # created, in_progress, completed
+    assert echoed == [[256] * per_event, [40] * per_event]

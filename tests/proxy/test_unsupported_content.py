@@ -44,12 +44,20 @@ MESSAGES_CASES = [
     pytest.param(
         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBO"}},
         "image",
+        "",
         id="image",
     ),
     pytest.param(
-        {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "d"}},
+        {"type": "document", "source": {"type": "base64", "media_type": "application/pdf"}},
         "document",
-        id="document",
+        ".source",
+        id="pdf-document",
+    ),
+    pytest.param(
+        {"type": "document", "source": {"type": "url", "url": "https://example.com/a.pdf"}},
+        "document",
+        ".source",
+        id="url-document",
     ),
 ]
 
@@ -112,7 +120,7 @@ async def test_responses_refuses_then_drops(
     assert response.status == "completed"
 
 
-@pytest.mark.parametrize(("block", "kind"), MESSAGES_CASES)
+@pytest.mark.parametrize(("block", "kind", "field"), MESSAGES_CASES)
 @pytest.mark.parametrize("in_tool_result", [False, True])
 async def test_messages_refuses_then_drops(
     proxy: RunningProxy,
@@ -120,6 +128,7 @@ async def test_messages_refuses_then_drops(
     http2: httpx2.AsyncClient,
     block: dict[str, Any],
     kind: str,
+    field: str,
     in_tool_result: bool,
 ) -> None:
     use = {"type": "tool_use", "id": "toolu_1", "name": "look", "input": {}}
@@ -140,7 +149,7 @@ async def test_messages_refuses_then_drops(
             model="tiny", max_tokens=32, messages=messages
         )
     assert info.value.body["error"]["type"] == "invalid_request_error"
-    assert f"{kind!r} at {where}" in info.value.message
+    assert f"{kind!r} at {where}{field} is not supported" in info.value.message
 
     session_id, key = await dropping.start_session()
     message = await anthropic_client(dropping, key, http2).messages.create(
@@ -149,3 +158,54 @@ async def test_messages_refuses_then_drops(
     assert message.stop_reason in ("end_turn", "max_tokens")
     (recorded,) = await _recorded_messages(dropping, key, session_id)
     assert kind not in repr(recorded)
+
+
+PLAIN_DOCUMENTS = [
+    pytest.param(
+        {
+            "type": "document",
+            "source": {"type": "text", "media_type": "text/plain", "data": "Dogs bark."},
+        },
+        "Dogs bark.",
+        id="text-source",
+    ),
+    pytest.param(
+        {
+            "type": "document",
+            "title": "Facts",
+            "context": "From the encyclopedia.",
+            "source": {
+                "type": "content",
+                "content": [{"type": "text", "text": "Dogs "}, {"type": "text", "text": "bark."}],
+            },
+        },
+        "Facts\n\nFrom the encyclopedia.\n\nDogs bark.",
+        id="content-source-with-title",
+    ),
+]
+
+
+@pytest.mark.parametrize(("block", "text"), PLAIN_DOCUMENTS)
+async def test_messages_reads_a_plain_text_document_as_text(
+    proxy: RunningProxy, http2: httpx2.AsyncClient, block: dict[str, Any], text: str
+) -> None:
+    use = {"type": "tool_use", "id": "toolu_1", "name": "look", "input": {}}
+    messages: Any = [
+        {"role": "user", "content": [block, {"type": "text", "text": "what does it say?"}]},
+        {"role": "assistant", "content": [use]},
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": [block]}],
+        },
+    ]
+    session_id, key = await proxy.start_session()
+    message = await anthropic_client(proxy, key, http2).messages.create(
+        model="tiny", max_tokens=32, messages=messages
+    )
+    assert message.stop_reason in ("end_turn", "max_tokens")
+    (recorded,) = await _recorded_messages(proxy, key, session_id)
+    assert recorded[0] == {
+        "role": "user",
+        "content": [{"type": "text", "text": text}, {"type": "text", "text": "what does it say?"}],
+    }
+    assert recorded[2] == {"role": "tool", "tool_call_id": "toolu_1", "content": text}

@@ -157,6 +157,8 @@ class InteractionCache(Mapping[str, InteractionWithTokenLogpReward]):
         interaction: InteractionWithTokenLogpReward,
         context: bytes | None = None,
         agent: str | None = None,
+        *,
+        rewrites: bool = False,
     ) -> InteractionWithTokenLogpReward:
         """Insert an interaction, linking it to its parent unless one is set already.
 
@@ -164,7 +166,8 @@ class InteractionCache(Mapping[str, InteractionWithTokenLogpReward]):
         link: a call with other tools renders another prompt. `agent` is the agent the client
         named (`X-Rltap-Agent`), if any. An interaction added complete (the seed's style) is
         indexed at once; one added with its `parent` set links to it as a `prefix`, unless its
-        `link` says otherwise.
+        `link` says otherwise. `rewrites`: the call says it rewrites the conversation it carries
+        (a compaction), so rule 2 links it `rewrite`, by the agent of that conversation.
         """
         root = context_hash(context)
         with self._lock:
@@ -177,14 +180,16 @@ class InteractionCache(Mapping[str, InteractionWithTokenLogpReward]):
             # restored from its store keeps the tree it had).
             if interaction.parent is None and interaction.link is not Link.ROOT:
                 prefix_parent = _by_agent(prefix_parent, agent)
-                parent, link, derived = self._link(interaction, prefix_parent, context, agent)
+                parent, link, derived = self._link(
+                    interaction, prefix_parent, context, agent, rewrites
+                )
                 interaction.parent, interaction.link = parent, link
             else:
                 link = interaction.link = interaction.link or Link.PREFIX
                 derived = None if interaction.parent is None else interaction.parent.agent_id
             interaction.agent_id = agent or interaction.agent_id or derived
-            if interaction.parent is not None and link is not Link.SUBAGENT:
-                self._links.continued(interaction.parent.interaction_id)
+            parent_id = None if interaction.parent is None else interaction.parent.interaction_id
+            self._links.linked(interaction_id, parent_id, link)
             self._items[interaction_id] = interaction
             self._order[interaction_id] = len(self._order)
             self._roots[interaction_id] = root
@@ -200,6 +205,7 @@ class InteractionCache(Mapping[str, InteractionWithTokenLogpReward]):
         prefix_parent: InteractionWithTokenLogpReward | None,  # of the same agent
         context: bytes | None,
         agent: str | None,
+        rewrites: bool,
     ) -> tuple[InteractionWithTokenLogpReward | None, Link, str | None]:
         """Parent, link kind and (unless the client names it) the agent: `rltap.links`' rules."""
         messages = interaction.messages
@@ -211,8 +217,8 @@ class InteractionCache(Mapping[str, InteractionWithTokenLogpReward]):
             if agent is not None:
                 same_agent = agent == parent.agent_id
             else:
-                same_agent = same_system_prompt(messages, parent.messages)
-            if same_agent:
+                same_agent = _same_prompt_as_agent(messages, parent)
+            if same_agent or rewrites:
                 return parent, Link.REWRITE, parent.agent_id
             return parent, Link.HANDOFF, derive_agent_id(messages, context)
         derived = derive_agent_id(messages, context)
@@ -401,3 +407,20 @@ def _by_agent(
 ) -> InteractionWithTokenLogpReward | None:
     """A prefix parent, if the call is the same agent's (always, when it names none)."""
     return parent if parent is not None and agent in (None, parent.agent_id) else None
+
+
+def _same_prompt_as_agent(
+    messages: Sequence[Mapping[str, Any]], parent: InteractionWithTokenLogpReward
+) -> bool:
+    """Whether `messages` have the system prompt of the agent whose conversation `parent` is.
+
+    A rewrite stays its agent's conversation, so the prompts up its chain of rewrites are that
+    agent's too: a compaction sent without the agent's instructions still hands the compacted
+    conversation back to the agent that made it.
+    """
+    node: InteractionWithTokenLogpReward | None = parent
+    while node is not None:
+        if same_system_prompt(messages, node.messages):
+            return True
+        node = node.parent if node.link is Link.REWRITE else None
+    return False

@@ -107,6 +107,9 @@ class CanonicalRequest:
     # The agent that made the call, as the client names it (the `X-Rltap-Agent` header); None:
     # derived from the system prompt and tools (`rltap.links`).
     agent: str | None = None
+    # The call rewrites the conversation it carries (a compaction: the model summarises it to
+    # stand in for it): linked `rewrite` to it, by its agent, whatever its own prompt says.
+    rewrites: bool = False
 
 
 @dataclass(slots=True, kw_only=True)
@@ -124,6 +127,9 @@ class Generation:
     # Decoded text of each output token, for the logprobs fields of the wire formats.
     token_texts: list[str] = field(default_factory=list)
     created: float = 0.0
+    # The output token limit applied (the request's, or the server's default; cut to the context
+    # left), None where not known.
+    max_tokens: int | None = None
 
     @property
     def prompt_tokens(self) -> int:
@@ -142,6 +148,7 @@ class GenerationStart:
     interaction_id: str
     prompt_tokens: int
     created: float
+    max_tokens: int | None = None  # as `Generation.max_tokens`
 
 
 @dataclass(slots=True, kw_only=True)

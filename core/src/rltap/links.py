@@ -16,13 +16,19 @@ and looks at the session's complete interactions only. In order, the first rule 
    earlier messages were trimmed, summarized or edited, another system prompt came in front).
    The parent is the interaction whose reply stands latest in the call's messages (the most
    recent state of the conversation the call carries). It is a `handoff` when another agent made
-   the call (the `X-Rltap-Agent` header differs; without one, the system prompt differs), else a
-   `rewrite`. Cost: O(K) canonical hashes, K the messages after the latest reply found (at most
-   M), and a dictionary lookup each.
+   the call (the `X-Rltap-Agent` header differs; without one, the system prompt differs from the
+   parent's and from those up the parent's chain of rewrites, all its agent's), else a `rewrite`.
+   A call that says it rewrites its conversation (a compaction, `/v1/responses/compact`) is a
+   `rewrite` whatever its prompt, by the parent's agent. Cost: O(K) canonical hashes, K the
+   messages after the latest reply found (at most M), and a dictionary lookup each.
 3. `subagent`: some complete interaction asked for tool calls and nothing has continued it yet
    (its tool call is open), and another agent makes this call: an agent run as a tool, or a
    helper call (a summary) made while the tool runs. The parent is the interaction opened last.
-   Cost: O(1).
+   A tool call stays open only while the session works under it: a call that continues it
+   closes it (the tool answered), and so does any call linked outside its subtree (a root, a
+   continuation of another conversation): the session moved on, so the tool call will never be
+   answered, and a later call of another agent is not its sub-agent. Cost: O(1) to find, O(open
+   calls) to keep the set, which this keeps small.
 4. `root`: none of these; the call starts a conversation of its own.
 
 The agent id is the `X-Rltap-Agent` header when the client sends one (the adapters set it where
@@ -46,7 +52,7 @@ from typing import Any
 
 from rltap.canonical import canonical_message
 from rltap.record.errors import InvalidRequest
-from rltap.record.types import InteractionWithTokenLogpReward
+from rltap.record.types import InteractionWithTokenLogpReward, Link
 
 __all__ = [
     "AGENT_HEADER",
@@ -134,6 +140,9 @@ class LinkIndex:
         self._replies: dict[bytes, str] = {}
         # Interactions whose tool calls nothing has continued yet, in the order they completed.
         self._open: dict[str, None] = {}
+        # Each interaction's nearest ancestor-or-self that had an open tool call when the
+        # interaction was linked (only those that have one).
+        self._opener: dict[str, str] = {}
 
     def completed(
         self, interaction: InteractionWithTokenLogpReward, canonicals: Sequence[bytes]
@@ -148,9 +157,22 @@ class LinkIndex:
                 if message.get("tool_calls"):
                     self._open[interaction_id] = None
 
-    def continued(self, interaction_id: str) -> None:
-        """A call continued this interaction: its tool calls are answered."""
-        self._open.pop(interaction_id, None)
+    def linked(self, interaction_id: str, parent_id: str | None, link: Link) -> None:
+        """A call was linked: the tool calls it continues are answered, and those it does not
+        descend from are closed (rule 3: the session moved on without them).
+
+        Cost: O(open calls), which this keeps few."""
+        opener = parent_id if parent_id in self._open else self._opener.get(parent_id or "")
+        if opener is not None:
+            self._opener[interaction_id] = opener
+        still_open = set()
+        while opener is not None:
+            still_open.add(opener)
+            opener = self._opener.get(opener)
+        if link is not Link.SUBAGENT:
+            still_open.discard(parent_id or "")
+        if self._open:
+            self._open = {key: None for key in self._open if key in still_open}
 
     def latest_reply(self, messages: Sequence[Mapping[str, Any]]) -> str | None:
         """The interaction whose reply stands latest in `messages` (rule 2), or None."""

@@ -205,7 +205,12 @@ class Session:
             interaction_id=new_interaction_id(request.api),
             chat_template_type=self.renderer.mode.value,
         )
-        self.cache.add(interaction, context=tools_context(tools), agent=request.agent)
+        self.cache.add(
+            interaction,
+            context=tools_context(tools),
+            agent=request.agent,
+            rewrites=request.rewrites,
+        )
         try:
             prompt = self.renderer.render(
                 messages,
@@ -229,6 +234,7 @@ class Session:
             index=index,
             interaction_id=interaction_id,
             prompt_tokens=len(model_request.input_ids),
+            max_tokens=model_request.max_new_tokens,
             created=created,
         )
         if not request.stream:
@@ -264,7 +270,13 @@ class Session:
                 yield GenerationDelta(index=index, deltas=tail)
             response.latency = time.perf_counter() - started
             generation = self._finish(
-                request, interaction_id, index, response, fold_deltas(deltas), created
+                request,
+                interaction_id,
+                index,
+                model_request,
+                response,
+                fold_deltas(deltas),
+                created,
             )
             finished = True
         except Exception as exc:
@@ -295,7 +307,9 @@ class Session:
             output_parser = self._parser(request.tool_choice != "none")
             parsed = output_parser.parse(self.renderer.decode(text_ids))
             response.latency = time.perf_counter() - started
-            generation = self._finish(request, interaction_id, index, response, parsed, created)
+            generation = self._finish(
+                request, interaction_id, index, model_request, response, parsed, created
+            )
             finished = True
             return generation
         except Exception as exc:
@@ -337,6 +351,7 @@ class Session:
         request: CanonicalRequest,
         interaction_id: str,
         index: int,
+        model_request: ModelRequest,
         response: ModelResponse,
         parsed: ParsedOutput,
         created: float,
@@ -362,6 +377,7 @@ class Session:
             stop_sequence=stop_sequence,
             token_texts=self._token_texts(response.output_tokens) if request.logprobs else [],
             created=created,
+            max_tokens=model_request.max_new_tokens,
         )
 
 

@@ -287,7 +287,7 @@ def test_messages_convert_to_canonical(
 
 def test_unsupported_blocks_are_listed() -> None:
     image = {"type": "image", "source": {"type": "url", "url": "http://x/y.png"}}
-    document = {"type": "document", "source": {"type": "text", "data": "d"}}
+    document = {"type": "document", "source": {"type": "url", "url": "http://x/y.pdf"}}
     request = parse_request(
         body(
             messages=[
@@ -305,7 +305,7 @@ def test_unsupported_blocks_are_listed() -> None:
     )
     assert request.unsupported_content == [
         UnsupportedContent(type="image", param="messages[0].content[1]"),
-        UnsupportedContent(type="document", param="messages[2].content[0].content[0]"),
+        UnsupportedContent(type="document", param="messages[2].content[0].content[0].source"),
         UnsupportedContent(type="search_result", param="messages[2].content[1]"),
     ]
     assert request.messages == [

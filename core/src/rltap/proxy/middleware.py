@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterable
 
+from starlette.routing import compile_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rltap.proxy.errors import error_response
@@ -50,13 +52,26 @@ class BodyLimitMiddleware:
 class MetricsMiddleware:
     """Count requests by route and status and time them (streams: until the last byte).
 
-    Paths that are not routes of the app count as "other", so a scan cannot grow the labels.
+    A request is labelled by the route template it matched (`/v1/responses/{response_id}`),
+    never by its raw path; paths that are no route of the app count as "other". Either way a
+    scan cannot grow the labels.
     """
 
     def __init__(self, app: ASGIApp, metrics: ProxyMetrics, routes: Iterable[str]) -> None:
         self.app = app
         self.metrics = metrics
-        self.routes = frozenset(routes)
+        paths = list(dict.fromkeys(routes))
+        self.routes = frozenset(route for route in paths if "{" not in route)
+        self.templates: list[tuple[re.Pattern[str], str]] = [
+            (compile_path(route)[0], route) for route in paths if "{" in route
+        ]
+
+    def route_label(self, path: str) -> str:
+        """The route template `path` matches (exact routes first, as the router tries), or
+        "other"."""
+        if path in self.routes:
+            return path
+        return next((route for regex, route in self.templates if regex.match(path)), "other")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -74,6 +89,5 @@ class MetricsMiddleware:
         try:
             await self.app(scope, receive, observed_send)
         finally:
-            path = scope["path"]
-            route = path if path in self.routes else "other"
+            route = self.route_label(scope["path"])
             self.metrics.observe_request(route, status, time.perf_counter() - started)

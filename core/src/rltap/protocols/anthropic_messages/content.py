@@ -17,6 +17,7 @@ from rltap.record.errors import InvalidRequest
 
 __all__ = [
     "ContentBlockParam",
+    "DocumentBlockParam",
     "MessageParam",
     "OtherBlockParam",
     "RedactedThinkingBlockParam",
@@ -25,6 +26,7 @@ __all__ = [
     "ToolResultBlockParam",
     "ToolUseBlockParam",
     "canonical_messages",
+    "document_text",
 ]
 
 
@@ -56,10 +58,59 @@ class RedactedThinkingBlockParam(_WireModel):
     data: str
 
 
+class DocumentBlockParam(_WireModel):
+    """A `document` block; the model reads a plain-text one (`document_text`)."""
+
+    type: Literal["document"]
+    source: dict[str, Any]
+    title: str | None = None
+    context: str | None = None
+
+
 class OtherBlockParam(_WireModel):
-    """Any other block (image, document, search_result, ...): one the model cannot read."""
+    """Any other block (image, search_result, ...): one the model cannot read."""
 
     type: str
+
+
+def document_text(block: DocumentBlockParam) -> str | None:
+    """The text a plain-text document stands for: its title, its context, then its text (a
+    `text` source, or a `content` source's text blocks), a blank line apart; None for a source
+    the model cannot read (a base64 PDF, a URL, content with other blocks)."""
+    source = block.source
+    kind = source.get("type")
+    body: str | None = None
+    if kind == "text" and source.get("media_type", "text/plain") == "text/plain":
+        data = source.get("data")
+        body = data if isinstance(data, str) else None
+    elif kind == "content":
+        content = source.get("content")
+        if isinstance(content, str):
+            body = content
+        elif isinstance(content, list) and all(_is_text_block(part) for part in content):
+            body = "".join(part["text"] for part in content)
+    if body is None:
+        return None
+    return "\n\n".join(part for part in (block.title, block.context, body) if part)
+
+
+def _is_text_block(part: object) -> bool:
+    return (
+        isinstance(part, Mapping)
+        and part.get("type") == "text"
+        and isinstance(part.get("text"), str)
+    )
+
+
+def _document_part(
+    block: DocumentBlockParam, where: str, unsupported: list[UnsupportedContent]
+) -> str | None:
+    """The text of a document block, or None with the block listed as unsupported (its
+    `source` named: that is what the model cannot read)."""
+    text = document_text(block)
+    if text is None:
+        unsupported.append(UnsupportedContent(type="document", param=f"{where}.source"))
+    return text
 
 
 def _block_tag(value: Any) -> str:
@@ -70,6 +121,7 @@ def _block_tag(value: Any) -> str:
 
 ToolResultContentParam = Annotated[
     Annotated[TextBlockParam, Tag("TextBlockParam")]
+    | Annotated[DocumentBlockParam, Tag("DocumentBlockParam")]
     | Annotated[OtherBlockParam, Tag("OtherBlockParam")],
     Discriminator(_block_tag),
 ]
@@ -88,6 +140,7 @@ _BLOCK_TAGS = {
     "tool_result": "ToolResultBlockParam",
     "thinking": "ThinkingBlockParam",
     "redacted_thinking": "RedactedThinkingBlockParam",
+    "document": "DocumentBlockParam",
 }
 
 ContentBlockParam = Annotated[
@@ -96,6 +149,7 @@ ContentBlockParam = Annotated[
     | Annotated[ToolResultBlockParam, Tag("ToolResultBlockParam")]
     | Annotated[ThinkingBlockParam, Tag("ThinkingBlockParam")]
     | Annotated[RedactedThinkingBlockParam, Tag("RedactedThinkingBlockParam")]
+    | Annotated[DocumentBlockParam, Tag("DocumentBlockParam")]
     | Annotated[OtherBlockParam, Tag("OtherBlockParam")],
     Discriminator(_block_tag),
 ]
@@ -172,6 +226,10 @@ def _user_messages(
             raise InvalidRequest(msg, param=f"messages[{i}].content[{j}].type")
         elif isinstance(block, TextBlockParam):
             parts.append({"type": "text", "text": block.text})
+        elif isinstance(block, DocumentBlockParam):
+            text = _document_part(block, f"messages[{i}].content[{j}]", unsupported)
+            if text is not None:
+                parts.append({"type": "text", "text": text})
         else:
             where = f"messages[{i}].content[{j}]"
             unsupported.append(UnsupportedContent(type=block.type, param=where))
@@ -200,6 +258,10 @@ def _tool_message(
         for k, part in enumerate(block.content):
             if isinstance(part, TextBlockParam):
                 texts.append(part.text)
+            elif isinstance(part, DocumentBlockParam):
+                text = _document_part(part, f"{where}.content[{k}]", unsupported)
+                if text is not None:
+                    texts.append(text)
             else:
                 found = UnsupportedContent(type=part.type, param=f"{where}.content[{k}]")
                 unsupported.append(found)

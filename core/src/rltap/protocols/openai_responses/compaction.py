@@ -61,6 +61,7 @@ def compaction_request(wire: CompactRequest) -> CanonicalRequest:
     )
     request = to_canonical(responses)
     request.messages = [*request.messages, {"role": "user", "content": COMPACTION_PROMPT}]
+    request.rewrites = True
     return request
 
 

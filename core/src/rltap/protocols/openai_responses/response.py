@@ -183,8 +183,11 @@ def response_object(
     usage: dict[str, Any] | None = None,
     completed_at: float | None = None,
     error: dict[str, Any] | None = None,
+    max_tokens: int | None = None,
 ) -> dict[str, Any]:
-    """A `response` object echoing the request's settings, as the SDK's `Response` requires."""
+    """A `response` object echoing the request's settings, as the SDK's `Response` requires;
+    `max_tokens` is the output limit applied (the server's default when the request set none),
+    echoed as OpenAI does."""
     incomplete = {"reason": "max_output_tokens"} if status == "incomplete" else None
     return {
         "id": response_id,
@@ -195,7 +198,7 @@ def response_object(
         "error": error,
         "incomplete_details": incomplete,
         "instructions": request.instructions,
-        "max_output_tokens": request.max_tokens,
+        "max_output_tokens": request.max_tokens if max_tokens is None else max_tokens,
         "model": request.model,
         "output": output,
         "parallel_tool_calls": request.parallel_tool_calls,
@@ -269,6 +272,7 @@ def build_response(request: CanonicalRequest, generations: list[Generation]) -> 
         completed_at=(
             generation.created + generation.response.latency if status == "completed" else None
         ),
+        max_tokens=generation.max_tokens,
     )
 
 

@@ -108,6 +108,7 @@ class StreamEncoder:
     sequence_number: int = 0
     response_id: str | None = None
     created: float = 0.0
+    max_tokens: int | None = None
     items: list[_Item] = field(default_factory=list)
     reasoning: _Item | None = None
     message: _Item | None = None
@@ -119,6 +120,7 @@ class StreamEncoder:
     def encode(self, event: StreamEvent) -> list[SSEEvent]:
         """The SSE events for one session event (Responses streams have a single choice)."""
         if isinstance(event, GenerationStart):
+            self.max_tokens = event.max_tokens
             return start_events(self, event.interaction_id, event.created)
         if isinstance(event, GenerationDelta):
             return [sse for delta in event.deltas for sse in delta_events(self, delta)]
@@ -142,7 +144,11 @@ def _emit(state: StreamEncoder, type_: str, **fields: Any) -> SSEEvent:
 def _snapshot(state: StreamEncoder, **fields: Any) -> dict[str, Any]:
     assert state.response_id is not None
     return response_object(
-        state.request, response_id=state.response_id, created=state.created, **fields
+        state.request,
+        response_id=state.response_id,
+        created=state.created,
+        max_tokens=state.max_tokens,
+        **fields,
     )
 
 
@@ -409,6 +415,7 @@ def end_events(state: StreamEncoder, generation: Generation) -> list[SSEEvent]:
     """Close every open item, then `response.completed` (or `.incomplete`) with the response."""
     if state.finished:
         return []
+    state.max_tokens = generation.max_tokens
     events = start_events(state, generation.interaction_id, generation.created)
     if not state.items:
         for delta in _replay(generation.output_message):
