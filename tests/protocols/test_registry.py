@@ -23,7 +23,6 @@ from rltap.proxy.app import create_app
 from rltap.proxy.state import ProxyConfig
 from rltap.record.parsed import ParsedOutput
 from rltap.record.types import ModelResponse
-from rltap.session import new_interaction_id
 from rltap.testing.proxy import TEST_ADMIN_KEY
 from rltap.testing.scripts import echo
 
@@ -134,7 +133,7 @@ def test_spec_for_an_unknown_path_is_none(path: str) -> None:
 
 @pytest.mark.parametrize("spec", SPEC_PARAMS)
 def test_reply_ids_begin_with_the_id_prefix(spec: ApiSpec) -> None:
-    interaction_id = new_interaction_id(spec.name)
+    interaction_id = spec.new_interaction_id()
     generation = Generation(
         index=0,
         interaction_id=interaction_id,

@@ -27,7 +27,7 @@ from rltap.canonical import (
     extend_chain_canonical,
 )
 from rltap.export import ExportStyle, export_interactions, export_tree
-from rltap.links import LinkIndex, derive_agent_id, same_system_prompt
+from rltap.links import LinkIndex, choose_link
 from rltap.record.errors import Conflict, InteractionNotFound
 from rltap.record.types import (
     InteractionStatus,
@@ -180,8 +180,8 @@ class InteractionCache(Mapping[str, InteractionWithTokenLogpReward]):
             # restored from its store keeps the tree it had).
             if interaction.parent is None and interaction.link is not Link.ROOT:
                 prefix_parent = _by_agent(prefix_parent, agent)
-                parent, link, derived = self._link(
-                    interaction, prefix_parent, context, agent, rewrites
+                parent, link, derived = choose_link(
+                    self._links, self._items, interaction, prefix_parent, context, agent, rewrites
                 )
                 interaction.parent, interaction.link = parent, link
             else:
@@ -198,34 +198,6 @@ class InteractionCache(Mapping[str, InteractionWithTokenLogpReward]):
                 self._index(interaction)
                 self._journal_recorded(interaction)
         return interaction
-
-    def _link(
-        self,
-        interaction: InteractionWithTokenLogpReward,
-        prefix_parent: InteractionWithTokenLogpReward | None,  # of the same agent
-        context: bytes | None,
-        agent: str | None,
-        rewrites: bool,
-    ) -> tuple[InteractionWithTokenLogpReward | None, Link, str | None]:
-        """Parent, link kind and (unless the client names it) the agent: `rltap.links`' rules."""
-        messages = interaction.messages
-        if prefix_parent is not None:
-            return prefix_parent, Link.PREFIX, prefix_parent.agent_id
-        replied = self._links.latest_reply(messages)
-        if replied is not None:
-            parent = self._items[replied]
-            if agent is not None:
-                same_agent = agent == parent.agent_id
-            else:
-                same_agent = _same_prompt_as_agent(messages, parent)
-            if same_agent or rewrites:
-                return parent, Link.REWRITE, parent.agent_id
-            return parent, Link.HANDOFF, derive_agent_id(messages, context)
-        derived = derive_agent_id(messages, context)
-        opened = self._links.open_call()
-        if opened is not None and self._items[opened].agent_id != (agent or derived):
-            return self._items[opened], Link.SUBAGENT, derived
-        return None, Link.ROOT, derived
 
     def _index(self, interaction: InteractionWithTokenLogpReward) -> None:
         interaction_id = interaction.interaction_id
@@ -407,20 +379,3 @@ def _by_agent(
 ) -> InteractionWithTokenLogpReward | None:
     """A prefix parent, if the call is the same agent's (always, when it names none)."""
     return parent if parent is not None and agent in (None, parent.agent_id) else None
-
-
-def _same_prompt_as_agent(
-    messages: Sequence[Mapping[str, Any]], parent: InteractionWithTokenLogpReward
-) -> bool:
-    """Whether `messages` have the system prompt of the agent whose conversation `parent` is.
-
-    A rewrite stays its agent's conversation, so the prompts up its chain of rewrites are that
-    agent's too: a compaction sent without the agent's instructions still hands the compacted
-    conversation back to the agent that made it.
-    """
-    node: InteractionWithTokenLogpReward | None = parent
-    while node is not None:
-        if same_system_prompt(messages, node.messages):
-            return True
-        node = node.parent if node.link is Link.REWRITE else None
-    return False

@@ -59,8 +59,10 @@ __all__ = [
     "LinkIndex",
     "agent_from_header",
     "agent_header_value",
+    "choose_link",
     "derive_agent_id",
     "names_agent",
+    "same_agent_prompt",
     "same_system_prompt",
 ]
 
@@ -187,3 +189,50 @@ class LinkIndex:
     def open_call(self) -> str | None:
         """The interaction whose tool call was opened last and is still open (rule 3)."""
         return next(reversed(self._open), None)
+
+
+def choose_link(
+    links: LinkIndex,
+    interactions: Mapping[str, InteractionWithTokenLogpReward],
+    interaction: InteractionWithTokenLogpReward,
+    prefix_parent: InteractionWithTokenLogpReward | None,  # of the same agent
+    context: bytes | None,
+    agent: str | None,
+    rewrites: bool,
+) -> tuple[InteractionWithTokenLogpReward | None, Link, str | None]:
+    """Parent, link kind and (unless the client names it) the agent: `rltap.links`' rules."""
+    messages = interaction.messages
+    if prefix_parent is not None:
+        return prefix_parent, Link.PREFIX, prefix_parent.agent_id
+    replied = links.latest_reply(messages)
+    if replied is not None:
+        parent = interactions[replied]
+        if agent is not None:
+            same_agent = agent == parent.agent_id
+        else:
+            same_agent = same_agent_prompt(messages, parent)
+        if same_agent or rewrites:
+            return parent, Link.REWRITE, parent.agent_id
+        return parent, Link.HANDOFF, derive_agent_id(messages, context)
+    derived = derive_agent_id(messages, context)
+    opened = links.open_call()
+    if opened is not None and interactions[opened].agent_id != (agent or derived):
+        return interactions[opened], Link.SUBAGENT, derived
+    return None, Link.ROOT, derived
+
+
+def same_agent_prompt(
+    messages: Sequence[Mapping[str, Any]], parent: InteractionWithTokenLogpReward
+) -> bool:
+    """Whether `messages` have the system prompt of the agent whose conversation `parent` is.
+
+    A rewrite stays its agent's conversation, so the prompts up its chain of rewrites are that
+    agent's too: a compaction sent without the agent's instructions still hands the compacted
+    conversation back to the agent that made it.
+    """
+    node: InteractionWithTokenLogpReward | None = parent
+    while node is not None:
+        if same_system_prompt(messages, node.messages):
+            return True
+        node = node.parent if node.link is Link.REWRITE else None
+    return False

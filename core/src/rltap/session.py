@@ -28,7 +28,6 @@ from rltap.chat.streaming import OutputParser
 from rltap.config.serve import FALLBACK_MAX_CONTEXT, ChatConfig
 from rltap.engines.base import InferenceEngine
 from rltap.generation import (
-    Api,
     CanonicalRequest,
     FinishReason,
     Generation,
@@ -41,7 +40,7 @@ from rltap.interleave import interleave
 from rltap.protocols import spec_named
 from rltap.record.errors import ContextLengthExceeded, EngineError, NotFound, ThreadNotFound
 from rltap.record.ids import random_hex
-from rltap.record.parsed import Delta, ParsedOutput, fold_deltas
+from rltap.record.parsed import Delta, ParsedOutput, fold_deltas, output_message
 from rltap.record.types import (
     InteractionWithTokenLogpReward,
     ModelRequest,
@@ -49,12 +48,7 @@ from rltap.record.types import (
     StopReason,
 )
 
-__all__ = ["Session", "SessionConfig", "new_interaction_id"]
-
-
-def new_interaction_id(api: Api) -> str:
-    """An interaction id in the style of the API the call came through (`chatcmpl-...`)."""
-    return f"{spec_named(api).id_prefix}{random_hex()}"
+__all__ = ["Session", "SessionConfig"]
 
 
 @dataclass(slots=True, kw_only=True)
@@ -202,7 +196,7 @@ class Session:
             messages=messages,
             instruction_messages=1 if request.instructions else 0,
             tools=tools,
-            interaction_id=new_interaction_id(request.api),
+            interaction_id=spec_named(request.api).new_interaction_id(),
             chat_template_type=self.renderer.mode.value,
         )
         self.cache.add(
@@ -399,23 +393,3 @@ def _check_not_aborted(response: ModelResponse) -> None:
     if response.stop_reason is StopReason.ABORT:
         msg = "the engine aborted the generation"
         raise EngineError(msg, is_retryable=True)
-
-
-def output_message(parsed: ParsedOutput) -> dict[str, Any]:
-    """The canonical assistant message of a parsed reply (what the client sends back later)."""
-    message: dict[str, Any] = {"role": "assistant"}
-    if parsed.tool_calls:
-        message["content"] = parsed.content or None
-        message["tool_calls"] = [
-            {
-                "id": call.id,
-                "type": "function",
-                "function": {"name": call.name, "arguments": call.arguments},
-            }
-            for call in parsed.tool_calls
-        ]
-    else:
-        message["content"] = parsed.content
-    if parsed.reasoning is not None:
-        message["reasoning_content"] = parsed.reasoning
-    return message

@@ -17,6 +17,7 @@ from rltap.generation import CanonicalRequest, Generation, StreamEvent
 from rltap.protocols._validation import validate_model
 from rltap.protocols.operation import OnDone, Operation, SessionPort
 from rltap.record.errors import RltapError
+from rltap.record.ids import random_hex
 from rltap.sse import SSEEvent
 
 __all__ = ["ApiSpec", "StreamEncoder"]
@@ -77,6 +78,10 @@ class ApiSpec:
     in_session: Callable[[Any, SessionPort], tuple[CanonicalRequest, OnDone | None]] | None = None
     """`to_canonical` for bodies that name the session's state (Responses' `conversation`):
     the canonical request, and what to do once its generations finished (or None)."""
+
+    def new_interaction_id(self) -> str:
+        """An interaction id in this API's style (`chatcmpl-...`)."""
+        return f"{self.id_prefix}{random_hex()}"
 
     def validate(self, body: Any) -> BaseModel:
         """`body` (a parsed JSON value) as `request_model`; `InvalidRequest` naming the field."""

@@ -70,6 +70,7 @@ from rltap.record.parsed import (
     ToolCallArgumentsDelta,
     ToolCallStartDelta,
     fold_deltas,
+    output_message,
     random_call_id,
     sequential_call_ids,
 )
@@ -156,6 +157,7 @@ __all__ = [
     "fold_deltas",
     "load_packs",
     "merge_tries",
+    "output_message",
     "pack_arrays",
     "pack_interactions",
     "random_call_id",

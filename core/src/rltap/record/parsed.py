@@ -14,6 +14,7 @@ import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import count
+from typing import Any
 
 __all__ = [
     "ContentDelta",
@@ -25,6 +26,7 @@ __all__ = [
     "ToolCallArgumentsDelta",
     "ToolCallStartDelta",
     "fold_deltas",
+    "output_message",
     "random_call_id",
     "sequential_call_ids",
 ]
@@ -139,3 +141,23 @@ def fold_deltas(deltas: Iterable[Delta]) -> ParsedOutput:
         reasoning="".join(reasoning) if reasoning else None,
         tool_calls=calls,
     )
+
+
+def output_message(parsed: ParsedOutput) -> dict[str, Any]:
+    """The canonical assistant message of a parsed reply (what the client sends back later)."""
+    message: dict[str, Any] = {"role": "assistant"}
+    if parsed.tool_calls:
+        message["content"] = parsed.content or None
+        message["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments},
+            }
+            for call in parsed.tool_calls
+        ]
+    else:
+        message["content"] = parsed.content
+    if parsed.reasoning is not None:
+        message["reasoning_content"] = parsed.reasoning
+    return message
