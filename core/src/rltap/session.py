@@ -16,16 +16,14 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import AsyncGenerator, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from rltap.cache import InteractionCache
 from rltap.canonical import tools_context
-from rltap.chat.constraints import request_constraint
 from rltap.chat.renderer import ChatRenderer
 from rltap.chat.stop_strings import matched_stop_string
 from rltap.chat.streaming import OutputParser
-from rltap.config.serve import FALLBACK_MAX_CONTEXT, ChatConfig
+from rltap.engine_request import SessionConfig, build_model_request
 from rltap.engines.base import InferenceEngine
 from rltap.generation import (
     CanonicalRequest,
@@ -38,7 +36,7 @@ from rltap.generation import (
 )
 from rltap.interleave import interleave
 from rltap.protocols import spec_named
-from rltap.record.errors import ContextLengthExceeded, EngineError, NotFound, ThreadNotFound
+from rltap.record.errors import EngineError, NotFound, ThreadNotFound
 from rltap.record.ids import random_hex
 from rltap.record.parsed import Delta, ParsedOutput, fold_deltas, output_message
 from rltap.record.types import (
@@ -49,26 +47,6 @@ from rltap.record.types import (
 )
 
 __all__ = ["Session", "SessionConfig"]
-
-
-@dataclass(slots=True, kw_only=True)
-class SessionConfig:
-    """How a session renders, parses and bounds its calls.
-
-    Usage:
-        SessionConfig(max_context=32768, default_max_tokens=1024, output_parser=parser)
-    """
-
-    max_context: int = FALLBACK_MAX_CONTEXT
-    default_max_tokens: int = ChatConfig.default_max_tokens
-    default_temperature: float = ChatConfig.default_temperature
-    output_parser: OutputParser = field(default_factory=OutputParser)
-    # A max_tokens beyond the context left is cut to what is left (the reply may end `length`);
-    # strict: refused with a 400, as vLLM does.
-    strict_max_tokens: bool = ChatConfig.strict_max_tokens
-    # Content parts the model cannot take (images, audio, files) are a 400 naming them, or,
-    # with this, dropped from the prompt.
-    drop_unsupported_content: bool = ChatConfig.drop_unsupported_content
 
 
 class Session:
@@ -155,39 +133,6 @@ class Session:
         carried = previous.messages[previous.instruction_messages :]
         return [*own, *carried, *(previous.output_message_list or []), *request.messages]
 
-    def _model_request(
-        self, request: CanonicalRequest, messages: list[dict[str, Any]], ids: list[int], index: int
-    ) -> ModelRequest:
-        limit = self.config.max_context - len(ids)
-        if request.max_tokens is None:
-            max_new = min(self.config.default_max_tokens, limit)
-        elif self.config.strict_max_tokens:
-            max_new = request.max_tokens
-        else:
-            max_new = min(request.max_tokens, limit)
-        if max_new < 1 or max_new > limit:
-            msg = (
-                f"this model's maximum context length is {self.config.max_context} tokens; the "
-                f"prompt has {len(ids)} tokens and {max_new if max_new > 0 else 1} more were "
-                "requested"
-            )
-            raise ContextLengthExceeded(msg, param="messages")
-        seed = None if request.seed is None else request.seed + index
-        temperature = request.temperature
-        return ModelRequest(
-            input_ids=ids,
-            max_new_tokens=max_new,
-            temperature=self.config.default_temperature if temperature is None else temperature,
-            top_p=1.0 if request.top_p is None else request.top_p,
-            top_k=request.top_k or 0,
-            stop_token_ids=list(self.renderer.stop_token_ids),
-            stop=list(request.stop),
-            seed=seed,
-            messages=messages,
-            tools=request.tools,
-            constraint=request_constraint(request, self.config.output_parser, self.renderer),
-        )
-
     def _start(
         self, request: CanonicalRequest, messages: list[dict[str, Any]], index: int
     ) -> tuple[InteractionWithTokenLogpReward, ModelRequest]:
@@ -212,7 +157,9 @@ class Session:
                 parent=interaction.token_parent,
                 template_kwargs=request.template_kwargs,
             )
-            model_request = self._model_request(request, messages, prompt.input_ids, index)
+            model_request = build_model_request(
+                self.config, self.renderer, request, messages, prompt.input_ids, index
+            )
         except BaseException as exc:
             self.cache.fail(interaction.interaction_id, str(exc))
             raise
@@ -237,6 +184,18 @@ class Session:
             )
             yield GenerationEnd(generation=generation)
             return
+        async for event in self._streamed(request, interaction_id, model_request, index, created):
+            yield event
+
+    async def _streamed(
+        self,
+        request: CanonicalRequest,
+        interaction_id: str,
+        model_request: ModelRequest,
+        index: int,
+        created: float,
+    ) -> AsyncGenerator[StreamEvent, None]:
+        """The deltas of one streamed choice as the engine's tokens arrive, then its end."""
         response = ModelResponse(
             input_tokens=model_request.input_ids,
             logprob_convention=self.engine.logprob_convention,

@@ -42,13 +42,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-import orjson
 from cachetools import LRUCache
 from jinja2 import TemplateError
 
+from rltap.chat.concat_window import end_of_nth, head_shape, render_window
 from rltap.chat.piece_encoder import PieceEncoder
 from rltap.chat.stream_decoder import StreamDecoder
-from rltap.chat.template_render import REASONING_FIELDS, CompiledChatTemplate
+from rltap.chat.template_render import CompiledChatTemplate
 from rltap.record.errors import InvalidRequest
 from rltap.record.types import InteractionWithTokenLogpReward
 
@@ -300,7 +300,7 @@ class ChatRenderer:
                 "it does not continue the parent"
             )
             raise InvalidRequest(msg, param="messages")
-        messages, covered = _render_window(messages, covered)
+        messages, covered = render_window(messages, covered)
         full = self.render_text(
             messages,
             tools=tools,
@@ -308,7 +308,7 @@ class ChatRenderer:
             template_kwargs=template_kwargs,
         )
         turns = self._head_turns(messages[:covered], tools, template_kwargs)
-        cut = _end_of_nth(full, self._end_of_turn, turns)
+        cut = end_of_nth(full, self._end_of_turn, turns)
         return None if cut is None else full[cut:]
 
     def _head_turns(
@@ -323,7 +323,7 @@ class ChatRenderer:
         not on its text, unless the text itself contains the marker: it is remembered per shape,
         which saves one of the two template renderings of a concat call.
         """
-        shape = _head_shape(head, tools, template_kwargs, self._end_of_turn)
+        shape = head_shape(head, tools, template_kwargs, self._end_of_turn)
         if shape is not None:
             with self._head_turns_lock:
                 turns = self._head_turns_by_shape.get(shape)
@@ -337,63 +337,6 @@ class ChatRenderer:
             with self._head_turns_lock:
                 self._head_turns_by_shape[shape] = turns
         return turns
-
-
-def _head_shape(
-    head: Sequence[Mapping[str, Any]],
-    tools: Sequence[Mapping[str, Any]] | None,
-    template_kwargs: Mapping[str, Any] | None,
-    marker: str,
-) -> tuple[Any, ...] | None:
-    """What the number of end-of-turn markers in the rendering of `head` can depend on; None
-    when the messages, tools or template arguments contain the marker's text (or are not JSON)."""
-    try:
-        text = orjson.dumps([list(head), tools])
-        kwargs = orjson.dumps(template_kwargs or {}, option=orjson.OPT_SORT_KEYS)
-    except TypeError:
-        return None
-    if marker.encode() in text or marker.encode() in kwargs:
-        return None
-    roles = tuple(
-        (
-            message.get("role"),
-            bool(message.get("tool_calls")),
-            any(message.get(key) is not None for key in REASONING_FIELDS),
-            type(message.get("content")).__name__,
-            bool(message.get("content")),
-            bool(message.get("name")),
-        )
-        for message in head
-    )
-    return roles, bool(tools), kwargs
-
-
-def _render_window(
-    messages: Sequence[Mapping[str, Any]], covered: int
-) -> tuple[Sequence[Mapping[str, Any]], int]:
-    """The messages to render to find the text of the new ones, and how many of them are covered.
-
-    Rendering the whole conversation on every call would make a call's cost grow with its
-    history. The new messages' text depends on the system message (and the tools block the
-    template puts there) and on the message before them (tool results group by it), so the window
-    is: the leading system message, the last covered message, then the new messages.
-    """
-    head = [messages[0]] if messages[0].get("role") in ("system", "developer") else []
-    if covered - 1 <= len(head):
-        return messages, covered
-    return [*head, *messages[covered - 1 :]], len(head) + 1
-
-
-def _end_of_nth(text: str, marker: str, n: int) -> int | None:
-    """The index just past the n-th occurrence of `marker` in `text` (None if fewer, or n < 1)."""
-    if n < 1:
-        return None
-    at = -len(marker)
-    for _ in range(n):
-        at = text.find(marker, at + len(marker))
-        if at < 0:
-            return None
-    return at + len(marker)
 
 
 def _generation_eos_ids(path: Path) -> list[int]:
