@@ -342,14 +342,14 @@ async def test_a_failing_step_raises_engine_error_and_the_loop_survives(
 @pytest.mark.parametrize(
     ("options", "prefill_shapes"),
     [
-        pytest.param({}, [(14, 14)], id="one-forward"),
+        pytest.param({}, [(7, 14)], id="one-forward"),
+        pytest.param({"prefill_batch_size": 3}, [(1, 14), (3, 6), (3, 12)], id="3-rows"),
         pytest.param(
-            {"prefill_batch_size": 3}, [(2, 14), (3, 4), (3, 6), (3, 10), (3, 12)], id="3-rows"
+            {"max_prefill_tokens": 20}, [(1, 12), (1, 14), (2, 10), (3, 6)], id="20-tokens"
         ),
+        # Each request alone, the two with the same prompt too.
         pytest.param(
-            {"max_prefill_tokens": 20},
-            [(1, 12), (1, 12), (1, 14), (1, 14), (2, 6), (2, 8), (2, 10), (4, 4)],
-            id="20-tokens",
+            {"prefill_batch_size": 1}, sorted([(1, n) for n in range(2, 15, 2)] * 2), id="alone"
         ),
     ],
 )
@@ -359,7 +359,8 @@ async def test_requests_arriving_together_are_prefilled_together(
     options: dict[str, Any],
     prefill_shapes: list[tuple[int, int]],
 ) -> None:
-    # Prompts of 1 to 15 tokens (a 1-token one has nothing to prefill), greedy and seeded.
+    # Prompts of 1 to 15 tokens (a 1-token one has nothing to prefill), each sent twice, greedy
+    # and seeded: the two share one row of a batched prefill.
     requests = [
         request(input_ids=(PROMPT * 2)[: 1 + 2 * i], temperature=t, seed=i, max_new_tokens=16)
         for i in range(8)

@@ -90,13 +90,27 @@ class KVBatch(Generic[RowT]):
         self.mask = torch.zeros((0, 0), dtype=torch.long, device=self._device)
 
     def add(
-        self, rows: Sequence[RowT], cache: Any, mask: torch.Tensor, next_tokens: Sequence[int]
+        self,
+        rows: Sequence[RowT],
+        cache: Any,
+        mask: torch.Tensor,
+        next_tokens: Sequence[int],
+        source: Sequence[int] | None = None,
     ) -> None:
-        """Join `rows`, whose own `cache` (one row each, None when `mask` has no columns) holds
-        what `mask` [rows, columns] marks 1, each row left-padded to the longest of them."""
-        old_len, old_rows, new_len = self.length, len(self.rows), int(mask.shape[1])
+        """Join `rows`, whose own `cache` (None when `mask` has no columns) holds what `mask`
+        [cache rows, columns] marks 1, each row left-padded to the longest of them.
+
+        `rows[i]` takes cache row `source[i]` (default: row i): rows with the same prompt
+        share one prefill, each then holding a copy of it.
+        """
         if cache is not None and not bool(mask.all()):
             _zero_padding(cache, mask)
+        if source is not None and list(source) != list(range(mask.shape[0])):
+            index = torch.tensor(source, device=mask.device)
+            mask = mask.index_select(0, index)
+            if cache is not None:
+                _set_kv(cache, [(k[index], v[index]) for k, v in _kv(cache)])
+        old_len, old_rows, new_len = self.length, len(self.rows), int(mask.shape[1])
         target = max(old_len, new_len)
         if target > 0:
             self.cache = self._merge(cache, (old_len, old_rows), (new_len, len(rows)), target)

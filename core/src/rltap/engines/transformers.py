@@ -36,7 +36,7 @@ from rltap.engines._hf import (
     load_weights,
     state_of,
 )
-from rltap.engines._prefill import prefill, prefill_groups
+from rltap.engines._prefill import plan_prefill, prefill
 from rltap.engines._sampling import MaskWorker, RowSampler, StopCriteria, sample_rows
 from rltap.engines._slots import Emission, Slot, abort_chunk, merge_chunks
 from rltap.engines.base import EngineBase, WeightSource
@@ -75,9 +75,10 @@ class TransformersEngine(EngineBase):
     request's `stop_token_ids`. `max_context` defaults to `max_position_embeddings`.
 
     Requests admitted in the same step are prefilled together: at most `prefill_batch_size`
-    (default: `max_batch_size`) rows and `max_prefill_tokens` tokens, padding included, per
-    forward. `prefill_batch_size=1` prefills each request alone (the slower path, kept as the
-    reference the batched one is tested against).
+    (default: `max_batch_size`) distinct prompts and `max_prefill_tokens` tokens, padding
+    included, per forward; requests with the same prompt share one row. `prefill_batch_size=1`
+    prefills each request alone (the slower path, kept as the reference the batched one is
+    tested against).
     """
 
     logprob_convention: LogprobConvention = LogprobConvention.TEMPERATURE_SCALED
@@ -391,19 +392,21 @@ class TransformersEngine(EngineBase):
 
     def _admit(self, slots: Sequence[Slot]) -> None:
         """Prefill each slot's context but its last token (fed by the next decode step) and
-        join the batch, one group of slots per prefill forward."""
+        join the batch, one group of prompts per prefill forward."""
         from transformers import DynamicCache
 
         contexts = [slot.context_ids for slot in slots]
-        lengths = [len(context) - 1 for context in contexts]
         model = self._host.model
-        for group in prefill_groups(lengths, self._prefill_rows, self._max_prefill_tokens):
-            cache, mask = prefill(
-                model,
-                [contexts[i][:-1] for i in group],
-                DynamicCache(config=model.config),
-                self._cache_kwarg,
-            )
+        plan = plan_prefill(
+            [context[:-1] for context in contexts], self._prefill_rows, self._max_prefill_tokens
+        )
+        for group in plan:
+            cache = DynamicCache(config=model.config)
+            cache, mask = prefill(model, group.prompts, cache, self._cache_kwarg)
             self._batch.add(
-                [slots[i] for i in group], cache, mask, [contexts[i][-1] for i in group]
+                [slots[i] for i in group.members],
+                cache,
+                mask,
+                [contexts[i][-1] for i in group.members],
+                source=group.source,
             )
