@@ -4,8 +4,8 @@ One background task drives the loop. Each iteration, on the engine's worker thre
 rows, prefill the requests that arrived since the last step (together, in as few left-padded
 forwards as the prefill budgets allow, see `_prefill`), splice them into the left-padded batch
 cache (`_batcher`), run one decode forward over every row, sample one token per row with that
-request's own generator and check its stop criteria. The event loop only hands
-out the tokens, so it stays free for the proxy while the model runs.
+request's own generator and check its stop criteria. The event loop only hands out the tokens,
+so it stays free for the proxy while the model runs.
 
 A request with a `Constraint` gets its own llguidance matcher (`_grammar`): each step its row's
 logits are masked to the tokens the grammar allows before sampling, the sampled token advances
