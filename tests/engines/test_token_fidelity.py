@@ -3,7 +3,8 @@
 For every generated sequence, the recorded logprob of each output token equals
 log_softmax(logits / T) of a single full forward pass over prompt + output, gathered at that
 token (fp32: max abs diff <= 1e-5), alone and with 8 concurrent requests of different prompt
-lengths joining and leaving the batch at different steps; under a grammar's token mask too.
+lengths joining and leaving the batch at different steps, or arriving together (prefilled in one
+left-padded forward); under a grammar's token mask too.
 """
 
 from __future__ import annotations
@@ -61,9 +62,16 @@ def max_logprob_diff(model: Any, request: ModelRequest, response: ModelResponse)
 
 
 @pytest.mark.parametrize("temperature", [pytest.param(0.7, id="T0.7"), pytest.param(1.0, id="T1")])
-@pytest.mark.parametrize("concurrency", [pytest.param(1, id="batch1"), pytest.param(8, id="conc8")])
+@pytest.mark.parametrize(
+    ("concurrency", "together"),
+    [
+        pytest.param(1, False, id="batch1"),
+        pytest.param(8, False, id="conc8-staggered"),
+        pytest.param(8, True, id="conc8-together"),
+    ],
+)
 async def test_recorded_logprobs_match_a_fresh_forward_pass(
-    tiny_model: Any, qwen_tokenizer: Any, temperature: float, concurrency: int
+    tiny_model: Any, qwen_tokenizer: Any, temperature: float, concurrency: int, together: bool
 ) -> None:
     engine = TransformersEngine(tiny_model, tokenizer=qwen_tokenizer, eos_token_ids=[])
     requests = [
@@ -79,9 +87,12 @@ async def test_recorded_logprobs_match_a_fresh_forward_pass(
         for i, ids in enumerate(prompts(qwen_tokenizer)[:concurrency])
     ]
 
-    # Request i arrives once request i-1 has its first token: each joins a batch mid-decode.
+    # Staggered, request i arrives once request i-1 has its first token: each joins a batch
+    # mid-decode. Together, all arrive before the first step: one batched prefill.
     arrived = [asyncio.Event() for _ in range(len(requests) + 1)]
-    arrived[0].set()
+    for event in arrived[: len(arrived) if together else 1]:
+        event.set()
+    await engine.start()
 
     async def staggered(i: int, request: ModelRequest) -> ModelResponse:
         await arrived[i].wait()

@@ -337,3 +337,60 @@ async def test_a_failing_step_raises_engine_error_and_the_loop_survives(
         await eng.generate(request())
     monkeypatch.undo()
     assert (await eng.generate(request(max_new_tokens=2))).output_len == 2
+
+
+@pytest.mark.parametrize(
+    ("options", "prefill_shapes"),
+    [
+        pytest.param({}, [(7, 14)], id="one-forward"),
+        pytest.param({"prefill_batch_size": 3}, [(1, 14), (3, 6), (3, 12)], id="3-rows"),
+        pytest.param(
+            {"max_prefill_tokens": 20}, [(1, 12), (1, 14), (2, 10), (3, 6)], id="20-tokens"
+        ),
+        # Each request alone, the two with the same prompt too.
+        pytest.param(
+            {"prefill_batch_size": 1}, sorted([(1, n) for n in range(2, 15, 2)] * 2), id="alone"
+        ),
+    ],
+)
+async def test_requests_arriving_together_are_prefilled_together(
+    make_engine: Callable[..., TransformersEngine],
+    tiny_model: Any,
+    options: dict[str, Any],
+    prefill_shapes: list[tuple[int, int]],
+) -> None:
+    # Prompts of 1 to 15 tokens (a 1-token one has nothing to prefill), each sent twice, greedy
+    # and seeded: the two share one row of a batched prefill.
+    requests = [
+        request(input_ids=(PROMPT * 2)[: 1 + 2 * i], temperature=t, seed=i, max_new_tokens=16)
+        for i in range(8)
+        for t in (0.0, 1.0)
+    ]
+    alone, batched = make_engine(prefill_batch_size=1), make_engine(**options)
+    await alone.start()
+    expected = await asyncio.gather(*map(alone.generate, requests))
+    shapes: list[tuple[int, int]] = []
+
+    def record_prefill(module: Any, args: Any, kwargs: dict[str, Any]) -> None:
+        if kwargs["input_ids"].shape[1] > 1:  # a decode step feeds one token per row
+            shapes.append(tuple(kwargs["input_ids"].shape))
+
+    await batched.start()  # then every request is admitted by the first step
+    hook = tiny_model.register_forward_pre_hook(record_prefill, with_kwargs=True)
+    try:
+        got = await asyncio.gather(*map(batched.generate, requests))
+    finally:
+        hook.remove()
+    assert sorted(shapes) == prefill_shapes
+    for want, have in zip(expected, got, strict=True):
+        assert have.output_tokens == want.output_tokens
+        diff = max(
+            abs(a - b) for a, b in zip(have.output_logprobs, want.output_logprobs, strict=True)
+        )
+        assert diff <= 1e-5
+
+
+def test_prefill_budgets_must_be_positive(tiny_model: Any) -> None:
+    for name in ("prefill_batch_size", "max_prefill_tokens"):
+        with pytest.raises(ValueError, match=name):
+            TransformersEngine(tiny_model, **{name: 0})

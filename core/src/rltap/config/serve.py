@@ -17,6 +17,7 @@ from rltap.record.tensor_codec import TensorEnvelope
 __all__ = [
     "ENGINE_KINDS",
     "FALLBACK_MAX_CONTEXT",
+    "MAX_PREFILL_TOKENS",
     "SERVER_ENGINES",
     "ChatConfig",
     "ChatTemplateMode",
@@ -36,6 +37,9 @@ SERVER_ENGINES: tuple[EngineKind, ...] = ("vllm", "sglang")
 ChatTemplateMode = Literal["hf", "concat"]
 # The context when neither --max-context, the engine nor the model's config.json says one.
 FALLBACK_MAX_CONTEXT = 32768
+# The embedded engine's budget for one batched prefill forward, padding included: it bounds the
+# forward's activations (Qwen2.5-0.5B's MLP intermediates at 8192 tokens: ~0.5 GB in fp32).
+MAX_PREFILL_TOKENS = 8192
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,6 +58,11 @@ class EngineConfig:
     num_threads: int = option(1, "torch threads (default 1)")
     device: str = option(
         "cpu", "torch device of the embedded engine (default cpu; a Ray actor given GPUs: cuda)"
+    )
+    max_prefill_tokens: int = option(
+        MAX_PREFILL_TOKENS,
+        f"embedded engine: most tokens (padding included) prefilled in one forward; requests "
+        f"arriving together share one while they fit (default {MAX_PREFILL_TOKENS})",
     )
 
 

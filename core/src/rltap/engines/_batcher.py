@@ -1,9 +1,10 @@
 """The rows that decode together: one left-padded KV cache, its padding mask and positions.
 
-Each request is prefilled alone (batch 1, no padding), so no padded position is ever a query.
-Joining the batch left-pads the shorter of the two caches with zero keys/values that the
-attention mask hides; position ids stay each sequence's own (0, 1, 2, ... from its first real
-token), so a row computes the same attention as it would alone, up to float summation order.
+Rows join in groups prefilled together (`_prefill`), each group's cache left-padded to its
+longest prompt. Joining the batch left-pads the shorter of the two caches, and a group's own
+padding is zeroed: padding is zero keys/values that the attention mask hides. Position ids
+stay each sequence's own (0, 1, 2, ... from its first real token), so a row computes the same
+attention as it would alone, up to float summation order.
 Leaving the batch drops the row and trims leading columns that are padding in every row.
 """
 
@@ -51,6 +52,13 @@ def _left_pad(t: torch.Tensor, n: int) -> torch.Tensor:
     return torch.cat([pad, t], dim=2)
 
 
+def _zero_padding(cache: Any, mask: torch.Tensor) -> None:
+    # What a batched prefill computed at padded positions is hidden, but must not be NaN or
+    # inf: the masked attention weight (0) times a NaN value is still NaN.
+    hidden = (mask == 0).to(_kv(cache)[0][0].device)[:, None, :, None]
+    _set_kv(cache, [(k.masked_fill(hidden, 0), v.masked_fill(hidden, 0)) for k, v in _kv(cache)])
+
+
 def _zeros_like_rows(t: torch.Tensor, rows: int, length: int) -> torch.Tensor:
     return t.new_zeros((rows, t.shape[1], length, t.shape[3]))
 
@@ -81,22 +89,41 @@ class KVBatch(Generic[RowT]):
         self.rows, self.cache, self.positions, self.next_tokens = [], None, [], []
         self.mask = torch.zeros((0, 0), dtype=torch.long, device=self._device)
 
-    def add(self, row: RowT, cache: Any, n_cached: int, next_token: int) -> None:
-        """Join a row whose own (batch-1) `cache` holds `n_cached` tokens (None when 0)."""
-        old_len, old_rows = self.length, len(self.rows)
-        target = max(old_len, n_cached)
-        if target > 0:
-            self.cache = self._merge(cache, old_len, old_rows, n_cached, target)
-        new_mask = torch.tensor(
-            [[0] * (target - n_cached) + [1] * n_cached], dtype=torch.long, device=self._device
-        )
-        old_mask = torch.nn.functional.pad(self.mask, (target - old_len, 0))
-        self.mask = torch.cat([old_mask, new_mask], dim=0)
-        self.rows.append(row)
-        self.positions.append(n_cached)
-        self.next_tokens.append(next_token)
+    def add(
+        self,
+        rows: Sequence[RowT],
+        cache: Any,
+        mask: torch.Tensor,
+        next_tokens: Sequence[int],
+        source: Sequence[int] | None = None,
+    ) -> None:
+        """Join `rows`, whose own `cache` (None when `mask` has no columns) holds what `mask`
+        [cache rows, columns] marks 1, each row left-padded to the longest of them.
 
-    def _merge(self, cache: Any, old_len: int, old_rows: int, n_cached: int, target: int) -> Any:
+        `rows[i]` takes cache row `source[i]` (default: row i): rows with the same prompt
+        share one prefill, each then holding a copy of it.
+        """
+        if cache is not None and not bool(mask.all()):
+            _zero_padding(cache, mask)
+        if source is not None and list(source) != list(range(mask.shape[0])):
+            index = torch.tensor(source, device=mask.device)
+            mask = mask.index_select(0, index)
+            if cache is not None:
+                _set_kv(cache, [(k[index], v[index]) for k, v in _kv(cache)])
+        old_len, old_rows, new_len = self.length, len(self.rows), int(mask.shape[1])
+        target = max(old_len, new_len)
+        if target > 0:
+            self.cache = self._merge(cache, (old_len, old_rows), (new_len, len(rows)), target)
+        old_mask = torch.nn.functional.pad(self.mask, (target - old_len, 0))
+        new_mask = torch.nn.functional.pad(mask.to(self._device, torch.long), (target - new_len, 0))
+        self.mask = torch.cat([old_mask, new_mask], dim=0)
+        self.rows.extend(rows)
+        self.positions.extend(int(n) for n in mask.sum(dim=1).tolist())
+        self.next_tokens.extend(next_tokens)
+
+    def _merge(self, cache: Any, old: tuple[int, int], new: tuple[int, int], target: int) -> Any:
+        """The batch cache followed by `cache`'s rows, both left-padded to `target` columns;
+        `old` and `new` are each side's (columns, rows)."""
         old_kv = _kv(self.cache) if self.cache is not None else None
         new_kv = _kv(cache) if cache is not None else None
         reference = old_kv if old_kv is not None else new_kv
@@ -104,7 +131,7 @@ class KVBatch(Generic[RowT]):
         merged = []
         for layer, (ref_k, ref_v) in enumerate(reference):
             parts = []
-            for side, rows, length in ((old_kv, old_rows, old_len), (new_kv, 1, n_cached)):
+            for side, (length, rows) in ((old_kv, old), (new_kv, new)):
                 if rows == 0:
                     continue
                 if side is None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rltap._lazy import require_module
-from rltap.config.serve import ENGINE_KINDS, SERVER_ENGINES, EngineKind
+from rltap.config.serve import ENGINE_KINDS, MAX_PREFILL_TOKENS, SERVER_ENGINES, EngineKind
 from rltap.engines.base import InferenceEngine
 
 __all__ = [
@@ -42,11 +42,13 @@ def create_engine(
     num_threads: int | None = 1,
     dtype: str = "float32",
     device: str = "cpu",
+    max_prefill_tokens: int = MAX_PREFILL_TOKENS,
 ) -> InferenceEngine:
     """An engine of `kind`; each kind says which arguments it needs when one is missing.
 
     transformers: `model` (a local folder); vllm and sglang: `url`; scripted: `script`
     ("module:function") and `model` (the model that teacher-forces the logprobs).
+    `max_prefill_tokens` is the transformers engine's batched-prefill budget.
     """
     if kind in SERVER_ENGINES:
         if not url:
@@ -75,6 +77,7 @@ def create_engine(
             num_threads=num_threads,
             dtype=dtype,
             device=device,
+            max_prefill_tokens=max_prefill_tokens,
         )
     if not script:
         msg = "the scripted engine needs --script module:function"

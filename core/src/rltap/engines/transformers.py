@@ -1,10 +1,11 @@
 """The embedded engine: a Hugging Face causal LM with its own batched KV-cache decode loop.
 
 One background task drives the loop. Each iteration, on the engine's worker thread: drop finished
-rows, prefill the requests that arrived since the last step (each alone, then spliced into the
-left-padded batch cache, see `_batcher`), run one decode forward over every row, sample one token
-per row with that request's own generator and check its stop criteria. The event loop only hands
-out the tokens, so it stays free for the proxy while the model runs.
+rows, prefill the requests that arrived since the last step (together, in as few left-padded
+forwards as the prefill budgets allow, see `_prefill`), splice them into the left-padded batch
+cache (`_batcher`), run one decode forward over every row, sample one token per row with that
+request's own generator and check its stop criteria. The event loop only hands out the tokens,
+so it stays free for the proxy while the model runs.
 
 A request with a `Constraint` gets its own llguidance matcher (`_grammar`): each step its row's
 logits are masked to the tokens the grammar allows before sampling, the sampled token advances
@@ -22,6 +23,7 @@ from typing import Any
 
 import torch
 
+from rltap.config.serve import MAX_PREFILL_TOKENS
 from rltap.engines._batcher import KVBatch, check_cache_layout
 from rltap.engines._grammar import GrammarTokenizer
 from rltap.engines._hf import (
@@ -34,6 +36,7 @@ from rltap.engines._hf import (
     load_weights,
     state_of,
 )
+from rltap.engines._prefill import plan_prefill, prefill
 from rltap.engines._sampling import MaskWorker, RowSampler, StopCriteria, sample_rows
 from rltap.engines._slots import Emission, Slot, abort_chunk, merge_chunks
 from rltap.engines.base import EngineBase, WeightSource
@@ -70,6 +73,12 @@ class TransformersEngine(EngineBase):
     folder and is needed only for stop strings. `eos_token_ids` (default: from the generation
     config, model config and tokenizer; `[]` disables) always end a sequence, in addition to each
     request's `stop_token_ids`. `max_context` defaults to `max_position_embeddings`.
+
+    Requests admitted in the same step are prefilled together: at most `prefill_batch_size`
+    (default: `max_batch_size`) distinct prompts and `max_prefill_tokens` tokens, padding
+    included, per forward; requests with the same prompt share one row. `prefill_batch_size=1`
+    prefills each request alone (the slower path, kept as the reference the batched one is
+    tested against).
     """
 
     logprob_convention: LogprobConvention = LogprobConvention.TEMPERATURE_SCALED
@@ -84,14 +93,22 @@ class TransformersEngine(EngineBase):
         dtype: torch.dtype | str = torch.float32,
         num_threads: int | None = 1,
         max_batch_size: int = 32,
+        prefill_batch_size: int | None = None,
+        max_prefill_tokens: int = MAX_PREFILL_TOKENS,
         max_context: int | None = None,
         eos_token_ids: Sequence[int] | None = None,
         attn_implementation: str | None = None,
         version: int = 0,
     ) -> None:
-        if max_batch_size < 1:
-            msg = f"max_batch_size must be >= 1, got {max_batch_size}"
-            raise ValueError(msg)
+        prefill_rows = max_batch_size if prefill_batch_size is None else prefill_batch_size
+        for name, value in (
+            ("max_batch_size", max_batch_size),
+            ("prefill_batch_size", prefill_rows),
+            ("max_prefill_tokens", max_prefill_tokens),
+        ):
+            if value < 1:
+                msg = f"{name} must be >= 1, got {value}"
+                raise ValueError(msg)
         super().__init__(version=version)
         self._host = ModelHost(
             model,
@@ -102,6 +119,8 @@ class TransformersEngine(EngineBase):
             attn_implementation=attn_implementation,
         )
         self._max_batch_size = max_batch_size
+        self._prefill_rows = prefill_rows
+        self._max_prefill_tokens = max_prefill_tokens
         self._max_context_override = max_context
         self._eos_override = None if eos_token_ids is None else list(eos_token_ids)
         self._slots: dict[str, Slot] = {}
@@ -352,10 +371,7 @@ class TransformersEngine(EngineBase):
     def _iterate(self, admit: Sequence[Slot]) -> list[Emission]:
         batch = self._batch
         batch.keep(lambda slot: not slot.finished)
-        for slot in admit:
-            if not slot.finished:
-                context = slot.context_ids
-                batch.add(slot, self._prefill(context[:-1]), len(context) - 1, context[-1])
+        self._admit([slot for slot in admit if not slot.finished])
         if not batch.rows:
             return []
         masking = self._masks.submit([s.grammar for s in batch.rows], self._vocab_size)
@@ -374,19 +390,23 @@ class TransformersEngine(EngineBase):
         batch.keep(lambda slot: not slot.finished)
         return emissions
 
-    def _prefill(self, ids: Sequence[int]) -> Any:
-        """A batch-1 KV cache over `ids` (None when empty): the row's own, unpadded prefill."""
-        if not ids:
-            return None
+    def _admit(self, slots: Sequence[Slot]) -> None:
+        """Prefill each slot's context but its last token (fed by the next decode step) and
+        join the batch, one group of prompts per prefill forward."""
         from transformers import DynamicCache
 
-        device = self._host.device
-        cache = DynamicCache(config=self._host.model.config)
-        self._host.model(
-            input_ids=torch.tensor([list(ids)], device=device),
-            position_ids=torch.arange(len(ids), device=device)[None],
-            use_cache=True,
-            logits_to_keep=1,  # the logits are not needed; keep the lm_head cost to one row
-            **{self._cache_kwarg: cache},
+        contexts = [slot.context_ids for slot in slots]
+        model = self._host.model
+        plan = plan_prefill(
+            [context[:-1] for context in contexts], self._prefill_rows, self._max_prefill_tokens
         )
-        return cache
+        for group in plan:
+            cache = DynamicCache(config=model.config)
+            cache, mask = prefill(model, group.prompts, cache, self._cache_kwarg)
+            self._batch.add(
+                [slots[i] for i in group.members],
+                cache,
+                mask,
+                [contexts[i][-1] for i in group.members],
+                source=group.source,
+            )

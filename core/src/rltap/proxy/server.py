@@ -160,6 +160,7 @@ def serve_config(config: ServeConfig, admin_key: str) -> ServeSetup:
         script=engine_config.script,
         num_threads=engine_config.num_threads,
         device=engine_config.device,
+        max_prefill_tokens=engine_config.max_prefill_tokens,
     )
     renderer = ChatRenderer.from_pretrained(tokenizer_dir, mode=chat.chat_template_mode)
     session = SessionConfig(

@@ -1,0 +1,96 @@
+"""Prefilling the requests admitted in one decode step: as few forwards as the budgets allow.
+
+Requests with the same prompt (a GRPO group) share one row: it is computed once and each of
+them joins the batch with a copy of its cache. Distinct prompts are grouped shortest first (so
+a group pads little), at most `max_rows` to a group and at most `max_tokens` tokens in its
+padded [rows, width] input, which bounds the activations of one forward; a prompt longer than
+`max_tokens` is prefilled alone. A group is one left-padded forward: the attention mask hides
+the padding and position ids count each row's own tokens from 0, so every row caches what it
+would cache alone, up to float summation order. A group of one row has no padding and passes
+no mask: exactly the alone prefill.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+__all__ = ["PrefillGroup", "plan_prefill", "prefill"]
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillGroup:
+    """One prefill forward: its distinct `prompts`, and for each request in it (`members`,
+    indices into what was planned) the row of `prompts` it takes (`source`)."""
+
+    prompts: list[tuple[int, ...]]
+    members: list[int]
+    source: list[int]
+
+
+def plan_prefill(
+    prompts: Sequence[Sequence[int]], max_rows: int, max_tokens: int
+) -> list[PrefillGroup]:
+    """The prefill forwards of requests admitted together, whose prompts are `prompts`.
+
+    Requests with the same prompt share one row; empty prompts (nothing to cache) form a group
+    of their own, which needs no forward. With `max_rows == 1` every request is prefilled
+    alone, none shared: the reference the batched path is tested against.
+    """
+    # A row of the forward per distinct key: the prompt itself, or the request when alone.
+    keys: list[Any] = [tuple(p) for p in prompts] if max_rows > 1 else list(range(len(prompts)))
+    prompt_of = {key: tuple(p) for key, p in zip(keys, prompts, strict=True)}
+    distinct = sorted(dict.fromkeys(keys), key=lambda key: len(prompt_of[key]))
+    chunks: list[list[Any]] = []
+    current: list[Any] = []
+    for key in distinct:
+        width = len(prompt_of[key])  # sorted ascending: the widest of `current` and `key`
+        if current and (
+            len(current) == max_rows
+            or (len(current) + 1) * width > max_tokens
+            or not prompt_of[current[-1]]  # the empty ones need no forward: on their own
+        ):
+            chunks.append(current)
+            current = []
+        current.append(key)
+    if current:
+        chunks.append(current)
+    groups = []
+    for chunk in chunks:
+        row = {key: n for n, key in enumerate(chunk)}
+        members = [i for i, key in enumerate(keys) if key in row]
+        source = [row[keys[i]] for i in members]
+        groups.append(PrefillGroup([prompt_of[key] for key in chunk], members, source))
+    return groups
+
+
+def prefill(
+    model: Any, prompts: Sequence[Sequence[int]], cache: Any, cache_kwarg: str
+) -> tuple[Any, torch.Tensor]:
+    """Run `prompts` left-padded through `model` into the empty `cache`; return the cache (None
+    when every prompt is empty) and the padding mask [rows, width], 1 on each row's tokens.
+
+    The cache holds whatever the model computed at padded positions: the mask must hide them.
+    """
+    device = next(model.parameters()).device
+    width = max(len(p) for p in prompts)
+    mask = torch.tensor(
+        [[0] * (width - len(p)) + [1] * len(p) for p in prompts], dtype=torch.long, device=device
+    )
+    if width == 0:
+        return None, mask
+    ids = torch.tensor([[0] * (width - len(p)) + list(p) for p in prompts], device=device)
+    padded = bool((mask == 0).any())
+    model(
+        input_ids=ids,
+        # Padding sits at position 0: any position works, its keys are never attended to.
+        position_ids=(mask.cumsum(dim=1) - 1).clamp(min=0),
+        use_cache=True,
+        logits_to_keep=1,  # the logits are not needed; keep the lm_head cost to one row
+        **({"attention_mask": mask} if padded else {}),
+        **{cache_kwarg: cache},
+    )
+    return cache, mask
