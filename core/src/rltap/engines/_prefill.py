@@ -18,7 +18,10 @@ from typing import Any
 
 import torch
 
-__all__ = ["PrefillGroup", "plan_prefill", "prefill"]
+from rltap.engines._batcher import KVBatch
+from rltap.engines._slots import Slot
+
+__all__ = ["PrefillGroup", "admit", "plan_prefill", "prefill"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,3 +97,28 @@ def prefill(
         **{cache_kwarg: cache},
     )
     return cache, mask
+
+
+def admit(
+    batch: KVBatch[Slot],
+    model: Any,
+    slots: Sequence[Slot],
+    cache_kwarg: str,
+    rows: int,
+    max_tokens: int,
+) -> None:
+    """Prefill each slot's context but its last token (fed by the next decode step) and join
+    `batch`, one group of prompts (`plan_prefill`) per prefill forward."""
+    from transformers import DynamicCache
+
+    contexts = [slot.context_ids for slot in slots]
+    plan = plan_prefill([context[:-1] for context in contexts], rows, max_tokens)
+    for group in plan:
+        cache, mask = prefill(model, group.prompts, DynamicCache(config=model.config), cache_kwarg)
+        batch.add(
+            [slots[i] for i in group.members],
+            cache,
+            mask,
+            [contexts[i][-1] for i in group.members],
+            source=group.source,
+        )

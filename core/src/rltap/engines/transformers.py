@@ -36,7 +36,7 @@ from rltap.engines._hf import (
     load_weights,
     state_of,
 )
-from rltap.engines._prefill import plan_prefill, prefill
+from rltap.engines._prefill import admit
 from rltap.engines._sampling import MaskWorker, RowSampler, StopCriteria, sample_rows
 from rltap.engines._slots import Emission, Slot, abort_chunk, merge_chunks
 from rltap.engines.base import EngineBase, WeightSource
@@ -391,22 +391,5 @@ class TransformersEngine(EngineBase):
         return emissions
 
     def _admit(self, slots: Sequence[Slot]) -> None:
-        """Prefill each slot's context but its last token (fed by the next decode step) and
-        join the batch, one group of prompts per prefill forward."""
-        from transformers import DynamicCache
-
-        contexts = [slot.context_ids for slot in slots]
-        model = self._host.model
-        plan = plan_prefill(
-            [context[:-1] for context in contexts], self._prefill_rows, self._max_prefill_tokens
-        )
-        for group in plan:
-            cache = DynamicCache(config=model.config)
-            cache, mask = prefill(model, group.prompts, cache, self._cache_kwarg)
-            self._batch.add(
-                [slots[i] for i in group.members],
-                cache,
-                mask,
-                [contexts[i][-1] for i in group.members],
-                source=group.source,
-            )
+        admit(self._batch, self._host.model, slots, self._cache_kwarg, self._prefill_rows,
+              self._max_prefill_tokens)  # fmt: skip
