@@ -42,6 +42,7 @@ from rltap.protocols import spec_named
 from rltap.record.errors import ContextLengthExceeded, EngineError, NotFound, ThreadNotFound
 from rltap.record.ids import random_hex
 from rltap.record.parsed import Delta, ParsedOutput, fold_deltas
+from rltap.record.sampling import EpisodeSampling
 from rltap.record.types import (
     InteractionWithTokenLogpReward,
     ModelRequest,
@@ -95,6 +96,9 @@ class Session:
         self.config = config or SessionConfig()
         self.cache = cache if cache is not None else InteractionCache()
         self._stop_ids = frozenset(renderer.stop_token_ids)
+        # Set by whoever runs the episode (`POST /rl/start_session`), over each call's own.
+        self.sampling = EpisodeSampling()
+        self._calls = 0  # engine requests made: call k's seed when the session has one
         self._api_states: dict[str, Any] = {}
 
     def api_state(self, api: str) -> Any:
@@ -178,8 +182,14 @@ class Session:
                 "requested"
             )
             raise ContextLengthExceeded(msg, param="messages")
-        seed = None if request.seed is None else request.seed + index
-        temperature = request.temperature
+        call, self._calls = self._calls, self._calls + 1
+        if request.seed is not None:
+            seed: int | None = request.seed + index
+        else:
+            seed = self.sampling.call_seed(call)
+        temperature = self.sampling.temperature
+        if temperature is None:
+            temperature = request.temperature
         return ModelRequest(
             input_ids=ids,
             max_new_tokens=max_new,

@@ -43,6 +43,7 @@ from rltap.distributed import ray_training
 from rltap.progress import progress_display
 from rltap.record.pack import TreePack
 from rltap.record.pack_io import load_packs
+from rltap.record.sampling import EpisodeSampling, derive_seed
 from rltap.rollout import BATCH, RolloutSummary, load_rows, run_rollout
 from rltap.store.schema import STORE_FILE
 from rltap.train.config import train_settings
@@ -90,11 +91,19 @@ class _Loop:
         self.trainer = trainer
         self.rows = load_rows(Path(config.data))
         self.version = 0
+        self.temperature = config.update.temperature
 
     def rows_of(self, step: int) -> list[Any]:
         """Step k's rows: the dataset read in order, round and round."""
         per = self.loop.rows_per_step
         return [self.rows[((step - 1) * per + i) % len(self.rows)] for i in range(per)]
+
+    def sampling(self, *parts: int) -> EpisodeSampling:
+        """The episodes' sampling: --temperature, and a seed of their own from --seed and
+        `parts` (the step), so each step samples afresh and a rerun samples the same."""
+        seed = self.loop.episodes.seed
+        derived = None if seed is None else derive_seed(seed, *parts)
+        return EpisodeSampling(seed=derived, temperature=self.temperature)
 
     async def rollout(self, step: int, workflow: Any, progress: Progress) -> _Rollout:
         started = time.monotonic()
@@ -105,6 +114,7 @@ class _Loop:
             out,
             group_size=self.loop.episodes.group_size,
             concurrency=self.loop.episodes.concurrency,
+            sampling=self.sampling(step),
             progress=progress,
         )
         if summary.episodes_ok == 0:
@@ -137,7 +147,7 @@ class _Loop:
         self.run.log(step, metrics)
         self.run.plot_rewards()
         if step % self.loop.save_every == 0 or step == self.loop.steps:
-            state = {"step": step, "version": self.version, "seed": self.loop.seed}
+            state = {"step": step, "version": self.version, "seed": self.loop.episodes.seed}
             model, optimizer = self.trainer.model, self.trainer.optimizer
             self.run.save_checkpoint(step, model, tokenizer, optimizer, state)
 
@@ -147,7 +157,8 @@ async def run_training(config: TrainConfig, console: Console) -> TrainSummary:
     from transformers import AutoTokenizer
 
     steps = config.loop.steps
-    torch.manual_seed(config.loop.seed)
+    if config.loop.episodes.seed is not None:
+        torch.manual_seed(config.loop.episodes.seed)
     run = RunDir(Path(config.out))
     checkpoint = run.last_checkpoint()
     run.resume_from(checkpoint)
