@@ -27,6 +27,8 @@ from rltap.config import (
     from_namespace,
     parse,
 )
+from rltap.distributed.runs import ray_rollout
+from rltap.evaluate import eval_command
 from rltap.rollout import rollout_command
 from rltap.store.commands import add_export_command, add_inspect_command
 from rltap.view.commands import add_view_command
@@ -131,8 +133,6 @@ def _rollout(args: argparse.Namespace) -> int:
     _require_server("rollout")
     config = from_namespace(RolloutConfig, args)
     if config.ray.ray is not None:
-        from rltap.distributed.runs import ray_rollout
-
         return rollout_command(config, ray_rollout)
     return rollout_command(config)
 
@@ -153,8 +153,6 @@ def _add_eval_command(subparsers: _Subparsers) -> None:
 
 def _eval(args: argparse.Namespace) -> int:
     _require_server("eval")
-    from rltap.evaluate import eval_command
-
     return eval_command(from_namespace(EvalConfig, args))
 
 

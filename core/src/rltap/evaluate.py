@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import statistics
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +30,10 @@ from rich.console import Console
 from rich.table import Table
 
 from rltap.config import EvalConfig
+from rltap.distributed.runs import ray_rollout
 from rltap.record.sampling import EpisodeSampling
 from rltap.rollout import run_here
-from rltap.rollout_io import load_trajectories
+from rltap.rollout_io import load_rows, load_trajectories
 
 __all__ = ["EVAL_FILE", "EvalResult", "eval_command", "eval_table", "pass_at_k", "score_rows"]
 
@@ -136,19 +138,12 @@ def eval_table(result: EvalResult, title: str) -> Table:
 def eval_command(config: EvalConfig) -> int:
     """`rltap eval`: the rollout, then the score table and `eval.json`; exit 1 if every episode
     failed."""
-    import os
-    from dataclasses import replace
-
-    from rltap.rollout_io import load_rows
-
     if config.admin_key is None:
         config = replace(config, admin_key=os.environ.get("RLTAP_ADMIN_KEY"))
     temperature = config.scoring.sampling_temperature
     sampling = EpisodeSampling(seed=config.episodes.seed, temperature=temperature)
     console = Console(stderr=True)
     if config.ray.ray is not None:
-        from rltap.distributed.runs import ray_rollout
-
         summary = asyncio.run(ray_rollout(config, console, sampling))
     else:
         summary = asyncio.run(run_here(config, console, sampling))

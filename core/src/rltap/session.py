@@ -96,8 +96,7 @@ class Session:
         self.config = config or SessionConfig()
         self.cache = cache if cache is not None else InteractionCache()
         self._stop_ids = frozenset(renderer.stop_token_ids)
-        # Set by whoever runs the episode (`POST /rl/start_session`), over each call's own.
-        self.sampling = EpisodeSampling()
+        self.sampling = EpisodeSampling()  # the episode runner's (`POST /rl/start_session`)
         self._calls = 0  # engine requests made: call k's seed when the session has one
         self._api_states: dict[str, Any] = {}
 
@@ -183,13 +182,8 @@ class Session:
             )
             raise ContextLengthExceeded(msg, param="messages")
         call, self._calls = self._calls, self._calls + 1
-        if request.seed is not None:
-            seed: int | None = request.seed + index
-        else:
-            seed = self.sampling.call_seed(call)
-        temperature = self.sampling.temperature
-        if temperature is None:
-            temperature = request.temperature
+        seed = self.sampling.call_seed(call, None if request.seed is None else request.seed + index)
+        temperature = self.sampling.call_temperature(request.temperature)
         return ModelRequest(
             input_ids=ids,
             max_new_tokens=max_new,

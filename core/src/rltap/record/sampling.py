@@ -57,9 +57,15 @@ class EpisodeSampling:
             msg = f"temperature must be a finite number >= 0, got {self.temperature}"
             raise InvalidRequest(msg, param="sampling.temperature")
 
-    def call_seed(self, call: int) -> int | None:
-        """The seed of the session's call number `call` (0-based) when it sets none."""
-        return None if self.seed is None else derive_seed(self.seed, call)
+    def call_seed(self, call: int, own: int | None = None) -> int | None:
+        """The seed of the session's call number `call` (0-based): its `own`, else derived."""
+        if own is not None or self.seed is None:
+            return own
+        return derive_seed(self.seed, call)
+
+    def call_temperature(self, own: float | None) -> float | None:
+        """The temperature of a call that asks for `own`: this one's, if set."""
+        return own if self.temperature is None else self.temperature
 
     def for_episode(self, row: int, episode: int) -> EpisodeSampling:
         """These settings for episode `episode` of dataset row `row`: its own seed."""
