@@ -17,20 +17,24 @@ under --out.
 How it runs: the framework lives in its own venv (`.nox/integration-framework-<fw>`, rltap
 installed there editable), so `rltap train` and the evaluation rollout run as subprocesses of
 that venv's Python; this script (run with the project's .venv, where `make demo`'s packages
-convert SmolLM2: `rltap.demo_model.cached_smollm2_dir`) plans them and prints the tables. The
-framework venv needs the train extra (TensorBoard, matplotlib): `make demo-venvs` installs it;
-for a venv made before, the script says how to remake it.
+convert SmolLM2 once and cache it: `rltap.demo_model.cached_smollm2_dir`, so no --model is
+needed) plans them and prints the tables. The framework venv needs the train extra
+(TensorBoard, matplotlib): where it is missing or lacks them, the script makes it with the
+Makefile's target for it (`make .nox/integration-framework-<fw>/.rltap-demo`, what `make
+demo-venvs` runs per framework). `--dry-run` prints the venv, model and commands only.
 
-    make demo-venvs .venv/.demo-deps
+    make .venv/.demo-deps
     .venv/bin/python bench/rl_sanity.py [--framework langchain] [--steps 3] [--rows-per-step 4]
-        [--group-size 4] [--lr 1e-4] [--out runs]
+        [--group-size 4] [--lr 1e-4] [--seed 0] [--out runs] [--dry-run]
 
 The defaults (3 steps of 4 rows x 4 episodes, lr 1e-4; at 5e-5 nothing moved in 3 steps) take
 about 5 minutes on 2 CPU cores shared with other work; bigger runs, e.g. `--steps 20
 --rows-per-step 6 --group-size 8`, take a minute or more per step. 16 episodes of a 0/1 reward
-near 0.2 have a standard error of about 0.1, and the engine's sampling is not seeded: read a
-3-step reward change against that. What 3 steps move reliably is the reply's length (the
-reward favours a short "12 + 7 = 19" over an explanation that ends on another number).
+near 0.2 have a standard error of about 0.1: read a 3-step reward change against that. `--seed`
+seeds the engine's sampling too (each episode's calls), so a rerun of one episode at a time
+repeats; episodes batched together can still differ by fp32 rounding. What 3 steps move
+reliably is the reply's length (the reward favours a short "12 + 7 = 19" over an explanation
+that ends on another number).
 
 Measured (2026-12-01, defaults, LangChain, 2 shared CPU cores), two runs of the same command:
 reward before 0.125, after 0.500, generated tokens 1341 -> 291; and reward 0.188 -> 0.000,
@@ -77,44 +81,74 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--model", help="model folder (default: the cached SmolLM2 conversion)")
     parser.add_argument("--python", help="the framework venv's Python (default: its nox venv)")
     parser.add_argument("--out", default="runs", help="parent folder of the run's folder")
+    parser.add_argument(
+        "--dry-run", action="store_true",
+        help="print the venv, model and commands the run would use; run nothing",
+    )  # fmt: skip
     return parser.parse_args(argv)
 
 
-def framework_python(args: argparse.Namespace) -> Path:
-    """The framework venv's Python, checked for the framework and the train extra."""
-    default = ROOT / ".nox" / f"integration-framework-{args.framework}" / "bin" / "python"
-    python = Path(args.python) if args.python else default
+def venv_stamp(framework: str) -> Path:
+    """The Makefile target that makes the framework's venv (`make demo-venvs` makes them all)."""
+    return ROOT / ".nox" / f"integration-framework-{framework}" / ".rltap-demo"
+
+
+def missing_modules(python: Path, framework: str) -> list[str]:
+    """The framework and train-extra modules `python` cannot import (all of them: no venv)."""
+    modules = (EXAMPLES[framework][1], *TRAIN_MODULES)
     if not python.exists():
-        raise SystemExit(f"{python} is missing: `make demo-venvs` makes it (or --python PATH)")
-    modules = (EXAMPLES[args.framework][1], *TRAIN_MODULES)
+        return list(modules)
     probe = (
         "import importlib.util as u, sys; print(*[m for m in sys.argv[1:] if not u.find_spec(m)])"
     )
-    missing = subprocess.run(
+    return subprocess.run(
         [str(python), "-c", probe, *modules], capture_output=True, text=True, check=True
     ).stdout.split()
-    if missing and args.python:
-        raise SystemExit(f"{python} lacks {', '.join(missing)}")
+
+
+def framework_python(args: argparse.Namespace, console: Console) -> Path:
+    """The framework venv's Python, with the framework and the train extra: its nox venv,
+    made (or remade, when it lacks them) by the Makefile's target for it when needed."""
+    if args.python:
+        python = Path(args.python)
+        missing = missing_modules(python, args.framework)
+        if missing:
+            raise SystemExit(f"{python} lacks {', '.join(missing)}")
+        return python
+    stamp = venv_stamp(args.framework)
+    python = stamp.parent / "bin" / "python"
+    missing = missing_modules(python, args.framework)
     if missing:
-        stamp = python.parent.parent / ".rltap-demo"  # `make demo-venvs` remakes it
-        raise SystemExit(
-            f"{python} lacks {', '.join(missing)}: `rm -f {stamp} && make demo-venvs` installs "
-            f"{args.framework} with rltap's train extra there"
-        )
+        build = ["make", str(stamp.relative_to(ROOT))]
+        console.print(f"{args.framework} venv lacks {', '.join(missing)}: $ {' '.join(build)}")
+        if not args.dry_run:
+            stamp.unlink(missing_ok=True)  # a venv made before the train extra: remade
+            subprocess.run(build, cwd=ROOT, check=True)
     return python
 
 
-def smollm2_dir(args: argparse.Namespace) -> str:
+def smollm2_dir(args: argparse.Namespace, console: Console) -> str:
+    """--model, else SmolLM2 as `make demo` converts and caches it (converted now if not yet)."""
     if args.model:
         return str(args.model)
-    from rltap.demo_model import cached_smollm2_dir
+    from rltap.demo_model import cached_smollm2_dir, smollm2_cache_target
 
-    return str(cached_smollm2_dir())
+    try:
+        if args.dry_run:
+            target = smollm2_cache_target()
+            state = "cached" if target.is_dir() else "converted on a run"
+            console.print(f"model: {target} ({state})")
+            return str(target)
+        return str(cached_smollm2_dir())
+    except FileNotFoundError as exc:  # the GGUF's package is not installed
+        raise SystemExit(f"{exc}; `make .venv/.demo-deps` installs it") from None
 
 
-def run_logged(command: list[str], log: Path, console: Console) -> float:
+def run_logged(command: list[str], log: Path, console: Console, *, dry_run: bool) -> float:
     """Run `command` (its progress on this terminal, its stdout in `log`); its wall seconds."""
     console.print(f"$ {' '.join(command)}", style="dim", soft_wrap=True)
+    if dry_run:
+        return 0.0
     # huggingface_hub's switch, which transformers' bars follow: no "Loading weights" bars.
     env = {**os.environ, "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
     started = time.monotonic()
@@ -176,12 +210,13 @@ def summary_table(
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     console = Console(stderr=True)
-    python = framework_python(args)
-    model = smollm2_dir(args)
+    python = framework_python(args, console)
+    model = smollm2_dir(args, console)
     folder = ROOT / EXAMPLES[args.framework][0]
     out = Path(args.out).resolve() / time.strftime(f"rl-sanity-{args.framework}-%Y%m%d-%H%M%S")
-    out.mkdir(parents=True)
     agent = f"{folder / 'agent.py'}:Agent"
+    if not args.dry_run:
+        out.mkdir(parents=True)
 
     def engine(weights: str) -> list[str]:
         return ["--engine", "transformers", "--model", weights,
@@ -193,15 +228,19 @@ def main(argv: list[str] | None = None) -> int:
          "--rows-per-step", str(args.rows_per_step), "--group-size", str(args.group_size),
          "--lr", str(args.lr), "--seed", str(args.seed), "--save-every", str(args.steps),
          *engine(model)],
-        out / "train.log", console,
+        out / "train.log", console, dry_run=args.dry_run,
     )  # fmt: skip
-    rows = first_rows(folder / "data.jsonl", args.rows_per_step, out / "eval-rows.jsonl")
+    rows = out / "eval-rows.jsonl"
+    if not args.dry_run:
+        first_rows(folder / "data.jsonl", args.rows_per_step, rows)
     eval_seconds = run_logged(
         [str(python), "-m", "rltap.cli", "rollout", agent, "--data", str(rows),
          "--out", str(out / "eval-after"), "--group-size", str(args.group_size),
          *engine(str(out / "train" / f"step-{args.steps}"))],
-        out / "eval.log", console,
+        out / "eval.log", console, dry_run=args.dry_run,
     )  # fmt: skip
+    if args.dry_run:
+        return 0
     lines = (out / "train" / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
     metrics = [json.loads(line) for line in lines if line]
     before, after = (

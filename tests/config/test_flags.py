@@ -22,13 +22,16 @@ from rltap.config import (
     DemoConfig,
     EngineConfig,
     EpisodeConfig,
+    EvalConfig,
     LimitsConfig,
     LoopConfig,
+    PassConfig,
     RayConfig,
     RolloutConfig,
     ServeConfig,
     ServerConfig,
     TrainConfig,
+    TrainEvalConfig,
     UpdateConfig,
     from_namespace,
     parse,
@@ -42,6 +45,7 @@ COMMANDS = [
     pytest.param(
         "rollout", RolloutConfig, {"agent": "a.py:A", "data": "d", "out": "o"}, id="rollout"
     ),
+    pytest.param("eval", EvalConfig, {"agent": "a.py:A", "data": "d", "out": "o"}, id="eval"),
     pytest.param("train", TrainConfig, {}, id="train"),
     pytest.param("demo", DemoConfig, {}, id="demo"),
 ]
@@ -91,10 +95,13 @@ def _changed() -> TrainConfig:
         out="run",
         loop=LoopConfig(
             steps=3,
-            episodes=EpisodeConfig(group_size=2, mode="subproc", episode_timeout=9.5),
+            episodes=EpisodeConfig(group_size=2, mode="subproc", episode_timeout=9.5, seed=7),
             async_rollouts=True,
         ),
         update=UpdateConfig(algo="ppo", lr=3e-3, minibatches=2),
+        evaluation=TrainEvalConfig(
+            eval_data="held_out.jsonl", eval_every=2, passing=PassConfig(pass_threshold=0.5)
+        ),
         serve=ServeConfig(
             engine=EngineConfig(engine="scripted", model="m", script="s:f"),
             chat=ChatConfig(chat_template_mode="hf", strict_max_tokens=True, max_context=512),

@@ -287,7 +287,9 @@ def _echo_actor() -> type:
             self.most = 0
             self.ran: list[int] = []
 
-        async def run_lines(self, row: int, episode: int, data: Any) -> EpisodeLines:
+        async def run_lines(
+            self, row: int, episode: int, data: Any, sampling: Any = None
+        ) -> EpisodeLines:
             if data == "die":
                 os._exit(1)
             self.now += 1

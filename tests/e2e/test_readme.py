@@ -204,6 +204,7 @@ def _table_flags(section: str, column: int = 1) -> list[str]:
         pytest.param("### `rltap serve`", 1, ["serve"], id="serve"),
         pytest.param("### `rltap rollout AGENT`", 1, ["rollout"], id="rollout"),
         pytest.param("### `rltap train AGENT`", 1, ["train"], id="train"),
+        pytest.param("### `rltap eval AGENT`", 1, ["eval"], id="eval"),
         pytest.param("### `rltap demo`", 1, ["demo"], id="demo"),
         pytest.param("## Engines", 2, ["serve", "rollout", "demo"], id="engines"),
     ],

@@ -366,3 +366,64 @@ async def test_metrics_count_requests_tokens_and_overhead(proxy: RunningProxy) -
 
     assert (await proxy.session_post(key, "/rl/end_session")).status_code == 200
     assert await open_sessions(proxy) == 0
+
+
+# --- an episode's sampling (start_session's `sampling`) ------------------------------------
+
+
+async def _sampled_ids(
+    proxy: RunningProxy, sampling: dict[str, Any], temperature: float
+) -> list[list[int]]:
+    """The output ids of a session's two calls, the agent asking for `temperature`."""
+    session_id, key = await proxy.start_session(sampling=sampling)
+    for text in ("one", "two"):
+        body = {
+            "model": "tiny",
+            "messages": [{"role": "user", "content": text}],
+            "max_tokens": 8,
+            "temperature": temperature,
+        }
+        response = await proxy.session_post(key, "/v1/chat/completions", body)
+        assert response.status_code == 200, response.text
+    cache = proxy.state.store.get(session_id).session.cache
+    ids = []
+    for node in cache.values():
+        assert node.model_response is not None
+        ids.append(node.model_response.output_tokens)
+    return ids
+
+
+async def test_a_session_seed_repeats_its_samples_and_its_temperature_overrides_the_calls(
+    make_proxy: ProxyFactory, tiny_model: Any, qwen_tokenizer: Any
+) -> None:
+    from rltap.engines.transformers import TransformersEngine
+
+    engine = TransformersEngine(tiny_model, tokenizer=qwen_tokenizer, eos_token_ids=[])
+    proxy = await make_proxy(engine=engine)
+    # Call k of a session samples with a seed derived from (session seed, k): the same seed
+    # gives the same tokens, calls of one session differ from each other, another seed differs.
+    first = await _sampled_ids(proxy, {"seed": 11}, 1.0)
+    again = await _sampled_ids(proxy, {"seed": 11}, 1.0)
+    other = await _sampled_ids(proxy, {"seed": 12}, 1.0)
+    assert first == again
+    assert first != other
+    # The session's temperature replaces the calls' own: 0 decodes greedily whatever they ask.
+    greedy = await _sampled_ids(proxy, {"temperature": 0.0}, 1.5)
+    assert greedy == await _sampled_ids(proxy, {"temperature": 0.0, "seed": 3}, 0.7)
+
+
+@pytest.mark.parametrize(
+    "sampling",
+    [
+        pytest.param({"seed": -1}, id="negative-seed"),
+        pytest.param({"seed": 2**63}, id="seed-beyond-int64"),
+        pytest.param({"temperature": -0.5}, id="negative-temperature"),
+        pytest.param({"seed": "1"}, id="seed-not-a-number"),
+    ],
+)
+async def test_a_bad_session_sampling_is_a_400_naming_it(
+    proxy: RunningProxy, sampling: dict[str, Any]
+) -> None:
+    response = await proxy.admin("/rl/start_session", {"sampling": sampling})
+    assert response.status_code == 400, response.text
+    assert "sampling" in response.text

@@ -17,7 +17,7 @@ from rltap.record.pack import TreePack, pack_interactions
 from rltap.testing.packs import recorded_call as call
 from rltap.train.advantages import assign_advantages, trainable_tokens
 from rltap.train.forward import packed_token_stats
-from rltap.train.loss import LossSettings, policy_loss
+from rltap.train.loss import LossSettings, k3, policy_loss
 from rltap.train.trainer import PolicyTrainer, TrainSettings
 
 TOLERANCE = 1e-5
@@ -173,3 +173,21 @@ def test_kl_estimate_is_zero_at_the_reference_and_positive_away_from_it() -> Non
 def test_a_kl_penalty_needs_a_reference(tiny_model: Any) -> None:
     with pytest.raises(ValueError, match="reference"):
         PolicyTrainer(tiny_model, TrainSettings(loss=LossSettings(kl_coef=0.1)))
+
+
+def test_k3_is_never_negative_and_zero_only_where_the_policies_agree() -> None:
+    """fp32 logprobs a hair apart (what engine and trainer give for the same weights): the
+    naive fp32 exp(d) - d - 1 goes below zero there; k3 stays >= 0 and matches float64."""
+    generator = torch.Generator().manual_seed(0)
+    logp = -torch.rand(100_000, generator=generator, dtype=torch.float32) * 5
+    for scale in (1e-7, 1e-5, 1e-3, 1.0):
+        anchor = logp + torch.randn(logp.shape, generator=generator) * scale
+        naive = torch.exp(anchor - logp) - (anchor - logp) - 1.0
+        if scale == 1e-7:
+            assert float(naive.min()) < 0  # what the estimate looked like before
+        values = k3(anchor, logp)
+        assert values.dtype == torch.float32
+        assert float(values.min()) >= 0.0
+        d = anchor.double() - logp.double()
+        assert torch.allclose(values.double(), torch.expm1(d) - d, rtol=1e-6, atol=1e-30)
+    assert torch.count_nonzero(k3(logp, logp)) == 0

@@ -137,3 +137,43 @@ def test_an_unknown_config_key_is_named(tmp_path: Path, capsys: pytest.CaptureFi
     with pytest.raises(SystemExit):
         main(["train", "--config", str(config)])
     assert "unknown keys ['learning_rate']" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_eval_every_scores_the_held_out_rows_before_and_during_the_run(
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "run"
+    held_out = tmp_path / "held_out.jsonl"
+    held_out.write_text('{"prompt": "Write one word."}\n{"prompt": "Say hello."}\n')
+    argv = [
+        "train", AGENT, "--data", str(EXAMPLE / "data.jsonl"), "--model", str(tiny_model_dir),
+        "--out", str(run), "--engine", "transformers", "--steps", "3", "--rows-per-step", "1",
+        "--group-size", "2", "--eval-data", str(held_out), "--eval-every", "2",
+        "--eval-samples", "2", "--pass-threshold", "0.5", "--save-every", "3",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    lines = metrics(run)
+    assert [line["step"] for line in lines] == [0, 1, 2, 3]
+    eval_keys = {"eval_reward", "eval_reward_std", "eval_pass_at_1", "eval_seconds"}
+    assert set(lines[0]) == {"step", *eval_keys}  # before the first update: the score only
+    assert "eval_reward" not in lines[1]
+    assert all(line.keys() >= METRIC_KEYS | eval_keys for line in lines[2:])  # every 2, last
+    for line in (lines[0], lines[2], lines[3]):
+        step = line["step"]
+        scored = json.loads((run / "eval" / f"step-{step}" / "eval.json").read_text())
+        assert scored["rows"] == 2
+        assert scored["samples"] == 2
+        assert scored["temperature"] == 0.0  # greedy unless --eval-temperature
+        assert line["eval_reward"] == pytest.approx(scored["reward_mean"])
+        assert line["eval_pass_at_1"] == pytest.approx(scored["pass_at_k"]["1"])
+        # The held-out rows are the eval's own: the episodes answered their prompts.
+        prompts = {
+            t["messages"][0]["content"]
+            for t in map(json.loads, (run / "eval" / f"step-{step}" / "trajectories.jsonl").open())
+        }
+        assert prompts == {"Write one word.", "Say hello."}
+    # Greedy and the weights unchanged between two samples: both samples of a row agree.
+    assert all(len(set(row["rewards"])) == 1 for row in scored["per_row"])
+    assert "eval" in capsys.readouterr().out  # the table's column
+    assert (run / "reward.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

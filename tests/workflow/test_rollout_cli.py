@@ -226,3 +226,28 @@ def test_rollout_refuses_a_link_factor_without_its_kind(tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as exited:
         main([*arguments, "--link-factor", "0.5"])
     assert exited.value.code == 2
+
+
+async def test_rollouts_with_the_same_seed_sample_the_same_tokens(
+    tiny_model_dir: Path, agent_spec: Callable[[str], str], tmp_path: Path
+) -> None:
+    """The embedded engine samples (temperature 1) with the seeds derived from (--seed, row,
+    episode, call). One episode at a time: in a batch, a row's fp32 logits move by ~1e-6 with
+    what else is in it, enough to flip a draw from the random tiny model's nearly flat
+    distribution over 151k tokens (a real model's peaked ones flip far more rarely)."""
+    data = _write_rows(tmp_path / "data.jsonl", ROWS[:2])
+    engine = ["--engine", "transformers", "--model", str(tiny_model_dir)]
+    options = [*engine, "--default-max-tokens", "6", "--concurrency", "1", "--group-size", "1"]
+
+    async def sampled(name: str, seed: str) -> dict[tuple[int, bool], list[int]]:
+        out = tmp_path / name
+        command = _rollout_command(agent_spec("ChatAgent"), data, out, *options, "--seed", seed)
+        finished = await _run(command)
+        assert finished.returncode == 0, finished.stderr
+        lines = _jsonl(out / "trajectories.jsonl")
+        assert len(lines) == 4
+        return {(line["row"], line["parent_id"] is not None): line["input_ids"] for line in lines}
+
+    first = await sampled("first", "5")
+    assert first == await sampled("again", "5")
+    assert first != await sampled("other", "6")

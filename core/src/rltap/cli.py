@@ -1,5 +1,5 @@
-"""The `rltap` command line: `rltap serve`, `rltap rollout`, `rltap train`, `rltap export`,
-`rltap inspect`, `rltap view`, `rltap demo`, `rltap models tokenizer|tiny DIR`.
+"""The `rltap` command line: `rltap serve`, `rltap rollout`, `rltap eval`, `rltap train`,
+`rltap export`, `rltap inspect`, `rltap view`, `rltap demo`, `rltap models tokenizer|tiny DIR`.
 
 Each top-level subcommand is one `_add_<name>_command(subparsers)` function that registers its
 parser and sets `handler` to a function `(args) -> int`; `COMMANDS` lists them in help order.
@@ -19,6 +19,7 @@ from rltap._lazy import require_module
 from rltap.config import (
     ConfigError,
     DemoConfig,
+    EvalConfig,
     RolloutConfig,
     ServerConfig,
     TrainConfig,
@@ -27,6 +28,7 @@ from rltap.config import (
     parse,
 )
 from rltap.distributed.runs import ray_rollout
+from rltap.evaluate import eval_command
 from rltap.rollout import rollout_command
 from rltap.store.commands import add_export_command, add_inspect_command
 from rltap.view.commands import add_view_command
@@ -135,6 +137,25 @@ def _rollout(args: argparse.Namespace) -> int:
     return rollout_command(config)
 
 
+def _add_eval_command(subparsers: _Subparsers) -> None:
+
+    evaluate = subparsers.add_parser(
+        "eval",
+        help="score an agent on held-out rows: mean reward, pass@k",
+        description="Run AGENT on every row of --data as `rltap rollout` does, --group-size K "
+        "samples a row, every call at --temperature (--greedy: 0) whatever the agent asks; "
+        "print the mean reward and pass@1 .. pass@K (a sample passes when its reward is >= "
+        "--pass-threshold) and write eval.json beside the rollout's files in --out.",
+    )
+    add_arguments(evaluate, EvalConfig)
+    evaluate.set_defaults(handler=_eval)
+
+
+def _eval(args: argparse.Namespace) -> int:
+    _require_server("eval")
+    return eval_command(from_namespace(EvalConfig, args))
+
+
 def _add_train_command(subparsers: _Subparsers) -> None:
 
     train = subparsers.add_parser(
@@ -192,6 +213,7 @@ def _add_store_commands(subparsers: _Subparsers) -> None:
 COMMANDS: tuple[Callable[[_Subparsers], None], ...] = (
     _add_serve_command,
     _add_rollout_command,
+    _add_eval_command,
     _add_train_command,
     _add_store_commands,
     _add_demo_command,

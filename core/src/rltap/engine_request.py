@@ -15,6 +15,7 @@ from rltap.chat.streaming import OutputParser
 from rltap.config.serve import FALLBACK_MAX_CONTEXT, ChatConfig
 from rltap.generation import CanonicalRequest
 from rltap.record.errors import ContextLengthExceeded
+from rltap.record.sampling import EpisodeSampling
 from rltap.record.types import ModelRequest
 
 __all__ = ["SessionConfig", "build_model_request"]
@@ -47,10 +48,14 @@ def build_model_request(
     messages: list[dict[str, Any]],
     ids: list[int],
     index: int,
+    *,
+    sampling: EpisodeSampling,
+    call: int,
 ) -> ModelRequest:
     """Choice `index` of `request`, its prompt rendered as `ids`, as the engine's request: the
     output bounded by the context left, the session's defaults, a seed per choice, the grammar
-    of a schema or forced tool call."""
+    of a schema or forced tool call. `call` numbers the session's calls: with the episode's
+    `sampling`, it gives a call without a seed of its own one (a rerun samples the same)."""
     limit = config.max_context - len(ids)
     if request.max_tokens is None:
         max_new = min(config.default_max_tokens, limit)
@@ -65,8 +70,8 @@ def build_model_request(
             "requested"
         )
         raise ContextLengthExceeded(msg, param="messages")
-    seed = None if request.seed is None else request.seed + index
-    temperature = request.temperature
+    seed = sampling.call_seed(call, None if request.seed is None else request.seed + index)
+    temperature = sampling.call_temperature(request.temperature)
     return ModelRequest(
         input_ids=ids,
         max_new_tokens=max_new,

@@ -42,6 +42,7 @@ from rich.table import Table
 from rltap.config import RolloutConfig
 from rltap.export import ExportStyle
 from rltap.progress import progress_display
+from rltap.record.sampling import EpisodeSampling
 from rltap.rollout_io import (
     BATCH,
     LEDGER,
@@ -71,6 +72,7 @@ __all__ = [
     "load_rows",
     "load_trajectories",
     "rollout_rows",
+    "run_here",
     "run_rollout",
     "summary_table",
 ]
@@ -102,7 +104,9 @@ class EpisodeRunner(Protocol):
         """How many rows to run at once when the caller asks for `requested`."""
         ...
 
-    async def run_lines(self, row: int, episode: int, data: Any) -> EpisodeLines: ...
+    async def run_lines(
+        self, row: int, episode: int, data: Any, sampling: EpisodeSampling | None = None
+    ) -> EpisodeLines: ...
 
 
 class LocalEpisodes:
@@ -115,8 +119,13 @@ class LocalEpisodes:
     def rows_in_flight(self, requested: int) -> int:
         return requested
 
-    async def run_lines(self, row: int, episode: int, data: Any) -> EpisodeLines:
-        result = await self.workflow.run_episode(data, task_id=f"row-{row}")
+    async def run_lines(
+        self, row: int, episode: int, data: Any, sampling: EpisodeSampling | None = None
+    ) -> EpisodeLines:
+        episode_sampling = None if sampling is None else sampling.for_episode(row, episode)
+        result = await self.workflow.run_episode(
+            data, task_id=f"row-{row}", sampling=episode_sampling
+        )
         return episode_lines(row, episode, result)
 
 
@@ -144,13 +153,16 @@ async def run_rollout(
     group_size: int = 1,
     concurrency: int = 8,
     pad_token_id: int = 0,
+    sampling: EpisodeSampling | None = None,
     console: Console | None = None,
     progress: Progress | None = None,
 ) -> RolloutSummary:
     """Run every row not yet finished in `out_dir`, then rewrite the batch and summary.
 
-    The rows' bar goes on `progress` when given (a caller's live display, e.g. `rltap train`'s),
-    and is removed at the end; otherwise on a display of its own."""
+    `sampling` is every episode's (`EpisodeSampling.for_episode`: a seed of its own from the
+    row and episode numbers). The rows' bar goes on `progress` when given (a caller's live
+    display, e.g. `rltap train`'s), and is removed at the end; otherwise on a display of its
+    own."""
     runner = LocalEpisodes(workflow) if isinstance(workflow, OpenAIProxyWorkflow) else workflow
     finished = finished_rows(out_dir)
     drop_unfinished(out_dir, finished)
@@ -170,7 +182,7 @@ async def run_rollout(
         async def one_row(index: int) -> None:
             async with semaphore:
                 episodes = await asyncio.gather(
-                    *(runner.run_lines(index, n, rows[index]) for n in range(group_size))
+                    *(runner.run_lines(index, n, rows[index], sampling) for n in range(group_size))
                 )
             lines = writer.write_row(index, list(episodes))
             live.ok += sum(e.lines is not None for e in episodes)
@@ -218,8 +230,14 @@ def summary_table(summaries: dict[str, RolloutSummary]) -> Table:
     return table
 
 
-async def _rollout_here(config: RolloutConfig, console: Console) -> RolloutSummary:
+async def run_here(
+    config: RolloutConfig, console: Console, sampling: EpisodeSampling | None = None
+) -> RolloutSummary:
+    """`rltap rollout`'s run without Ray: on the proxy at --proxy, else on an engine and proxy
+    of this process; every episode sampled by `sampling` (default: `--seed`'s)."""
     from rltap.serving import agent_workflow, local_workflow
+
+    sampling = sampling or EpisodeSampling(seed=config.episodes.seed)
 
     rows = load_rows(Path(config.data))
     if config.proxy:
@@ -227,11 +245,11 @@ async def _rollout_here(config: RolloutConfig, console: Console) -> RolloutSumma
             raise SystemExit("--proxy needs --admin-key (or RLTAP_ADMIN_KEY)")
         remote = agent_workflow(config, config.proxy, config.admin_key)
         async with contextlib.aclosing(remote):
-            return await rollout_rows(config, remote, rows, 0, console)
+            return await rollout_rows(config, remote, rows, 0, console, sampling)
     if config.serve.store.store is None:  # the run folder keeps the proxy's capture store
         config = config.with_serve(config.serve.with_store(str(Path(config.out) / STORE_FILE)))
     async with local_workflow(config) as (serving, workflow):
-        return await rollout_rows(config, workflow, rows, serving.pad_token_id, console)
+        return await rollout_rows(config, workflow, rows, serving.pad_token_id, console, sampling)
 
 
 async def rollout_rows(
@@ -240,8 +258,10 @@ async def rollout_rows(
     rows: list[Any],
     pad_token_id: int,
     console: Console,
+    sampling: EpisodeSampling | None = None,
 ) -> RolloutSummary:
-    """`run_rollout` with `rltap rollout`'s settings (--out, --group-size, --concurrency)."""
+    """`run_rollout` with `rltap rollout`'s settings (--out, --group-size, --concurrency; the
+    episodes sampled by `sampling`, default `--seed`'s)."""
     return await run_rollout(
         runner,
         rows,
@@ -249,6 +269,7 @@ async def rollout_rows(
         group_size=config.episodes.group_size,
         concurrency=config.episodes.concurrency,
         pad_token_id=pad_token_id,
+        sampling=sampling or EpisodeSampling(seed=config.episodes.seed),
         console=console,
     )
 
@@ -264,7 +285,7 @@ def rollout_command(config: RolloutConfig, run: _RolloutRun | None = None) -> in
     if config.admin_key is None:
         config = replace(config, admin_key=os.environ.get("RLTAP_ADMIN_KEY"))
     console = Console(stderr=True)
-    summary = asyncio.run((run or _rollout_here)(config, console))
+    summary = asyncio.run((run or run_here)(config, console))
     Console().print(summary_table({Path(config.agent).name: summary}))
     if summary.errors:
         console.print(f"[yellow]{len(summary.errors)} episodes failed; first: {summary.errors[0]}")

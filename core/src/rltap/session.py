@@ -39,6 +39,7 @@ from rltap.protocols import spec_named
 from rltap.record.errors import EngineError, NotFound, ThreadNotFound
 from rltap.record.ids import random_hex
 from rltap.record.parsed import Delta, ParsedOutput, fold_deltas, output_message
+from rltap.record.sampling import EpisodeSampling
 from rltap.record.types import (
     InteractionWithTokenLogpReward,
     ModelRequest,
@@ -67,6 +68,8 @@ class Session:
         self.config = config or SessionConfig()
         self.cache = cache if cache is not None else InteractionCache()
         self._stop_ids = frozenset(renderer.stop_token_ids)
+        self.sampling = EpisodeSampling()  # the episode runner's (`POST /rl/start_session`)
+        self._calls = 0  # engine requests made: call k's seed when the session has one
         self._api_states: dict[str, Any] = {}
 
     def api_state(self, api: str) -> Any:
@@ -157,9 +160,11 @@ class Session:
                 parent=interaction.token_parent,
                 template_kwargs=request.template_kwargs,
             )
+            call, self._calls = self._calls, self._calls + 1
             model_request = build_model_request(
-                self.config, self.renderer, request, messages, prompt.input_ids, index
-            )
+                self.config, self.renderer, request, messages, prompt.input_ids, index,
+                sampling=self.sampling, call=call,
+            )  # fmt: skip
         except BaseException as exc:
             self.cache.fail(interaction.interaction_id, str(exc))
             raise

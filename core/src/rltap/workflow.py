@@ -35,6 +35,7 @@ from rltap.export import ExportStyle, concat_padded_tensors
 from rltap.proxy import OpenAIProxyClient, interactions_from_export, tree_from_export
 from rltap.record.errors import RltapError
 from rltap.record.pack import TreePack, merge_tries
+from rltap.record.sampling import EpisodeSampling
 from rltap.record.types import InteractionWithTokenLogpReward
 from rltap.rewards import Aggregate, DiscountMode, LinkFactors, check_link_factors
 from rltap.subproc import AgentPool, EpisodeFailed
@@ -156,10 +157,17 @@ class OpenAIProxyWorkflow(RolloutWorkflow):
             return concat_padded_tensors(tensors)
         return episode.interactions
 
-    async def run_episode(self, data: Any, task_id: str | None = None) -> Episode:
-        """One episode with its session id; `interactions` is None when it was rejected."""
+    async def run_episode(
+        self, data: Any, task_id: str | None = None, sampling: EpisodeSampling | None = None
+    ) -> Episode:
+        """One episode with its session id; `interactions` is None when it was rejected.
+        `sampling` sets the seed and temperature of the episode's calls (the session's)."""
         session = OpenAIProxyClient(
-            self.proxy_addr, self.admin_key, task_id=task_id, http_client=self._http
+            self.proxy_addr,
+            self.admin_key,
+            task_id=task_id,
+            sampling=sampling,
+            http_client=self._http,
         )
         error: str | None = None
         reward_error: Exception | None = None

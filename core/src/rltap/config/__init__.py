@@ -4,6 +4,7 @@ command line's flags and `--config` files are derived from them (`rltap.config.f
     serve     ServeConfig (engine, chat and session defaults, limits, store), ServerConfig
     rollout   RolloutConfig: AgentTask + EpisodeConfig + export + ServeConfig + RayConfig
     train     TrainConfig: AgentTask + LoopConfig + UpdateConfig + ServeConfig + RayConfig
+    eval      EvalConfig: RolloutConfig + ScoringConfig; TrainEvalConfig (train --eval-data)
     demo      DemoConfig
 
 Imports only rltap's data modules, so anything may import it; every config pickles (a Ray
@@ -13,6 +14,7 @@ rollout actor is given its `RolloutConfig`).
 from __future__ import annotations
 
 from rltap.config.demo import DemoConfig
+from rltap.config.evaluate import EvalConfig, PassConfig, ScoringConfig, TrainEvalConfig
 from rltap.config.flags import ConfigError, add_arguments, from_namespace, parse
 from rltap.config.rollout import AgentTask, EpisodeConfig, RayConfig, RolloutConfig
 from rltap.config.serve import (
@@ -32,14 +34,18 @@ __all__ = [
     "DemoConfig",
     "EngineConfig",
     "EpisodeConfig",
+    "EvalConfig",
     "LimitsConfig",
     "LoopConfig",
+    "PassConfig",
     "RayConfig",
     "RolloutConfig",
+    "ScoringConfig",
     "ServeConfig",
     "ServerConfig",
     "StoreConfig",
     "TrainConfig",
+    "TrainEvalConfig",
     "UpdateConfig",
     "add_arguments",
     "from_namespace",

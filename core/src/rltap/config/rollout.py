@@ -57,6 +57,11 @@ class EpisodeConfig:
     )
     discount: float = option(1.0, "turn discount along the tree")
     episode_timeout: float | None = option(None, "seconds")
+    seed: int | None = option(
+        None,
+        "seeds the engine's sampling: each episode's calls get seeds derived from (seed, row, "
+        "episode, call), so a rerun samples the same tokens (default %(default)s: unseeded)",
+    )
 
     def __post_init__(self) -> None:
         if self.group_size < 1 or self.concurrency < 1:

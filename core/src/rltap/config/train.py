@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
+from rltap.config.evaluate import TrainEvalConfig
 from rltap.config.flags import ConfigError, option, section
 from rltap.config.rollout import RAY_GROUP, AgentTask, EpisodeConfig, RayConfig, RolloutConfig
 from rltap.config.serve import ServeConfig
@@ -28,7 +29,8 @@ class LoopConfig:
 
     steps: int = option(10, "updates (default 10)")
     rows_per_step: int = option(4, "dataset rows per step")
-    episodes: EpisodeConfig = section(EpisodeConfig(group_size=8))
+    # --seed: the episodes' sampling (each step's its own) and the trainer's torch seed.
+    episodes: EpisodeConfig = section(EpisodeConfig(group_size=8, seed=0))
     async_rollouts: bool = option(
         False,
         "run the next step's rollouts while this step trains (needs --max-staleness >= 1)",
@@ -36,7 +38,6 @@ class LoopConfig:
     )
     max_staleness: int = option(1, "versions (default 1)")
     save_every: int = option(1, "checkpoint every N steps")
-    seed: int = option(0, "torch seed of the trainer")
 
     def __post_init__(self) -> None:
         for name in ("steps", "rows_per_step", "save_every"):
@@ -59,13 +60,26 @@ class UpdateConfig:
     )
     lr: float = option(1e-5, "AdamW learning rate")
     weight_decay: float = option(0.0, "AdamW weight decay")
-    clip: float = option(0.2, "ratio clip (default 0.2)")
+    clip: float = option(
+        0.2,
+        "ratio clip (default 0.2) of the ratio to the step's starting weights; with one update "
+        "per step (grpo, --minibatches 1) that ratio is 1, so it acts only from a step's "
+        "second minibatch on (ppo); stale or mismatched tokens are weighted by --behaviour-cap",
+    )
     behaviour_cap: float = option(5.0, "behaviour weight cap")
-    kl_coef: float = option(0.0, "KL to the initial model")
+    kl_coef: float = option(
+        0.0,
+        "KL penalty to the initial model; the `kl` metric is that KL, or with 0 the KL to "
+        "the engine's logprobs (engine/trainer mismatch with one update per step)",
+    )
     max_grad_norm: float = option(1.0, "gradient clipping norm")
     minibatches: int | None = option(None, "updates per step")
     micro_batch_tokens: int = option(2048, "tokens per forward")
-    temperature: float = option(1.0, "the agents' sampling T")
+    temperature: float = option(
+        1.0,
+        "the agents' sampling T: every call of an episode samples with it, whatever T the "
+        "agent asks for (the trainer divides the logits by the same T)",
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,6 +92,7 @@ class TrainConfig(AgentTask):
     out: str = option(help="run folder (a second run on it resumes)")
     loop: LoopConfig = section(LoopConfig, "loop")
     update: UpdateConfig = section(UpdateConfig, "update")
+    evaluation: TrainEvalConfig = section(TrainEvalConfig, "held-out evaluation")
     serve: ServeConfig = section(ServeConfig)
     ray: RayConfig = section(RayConfig, RAY_GROUP)
 

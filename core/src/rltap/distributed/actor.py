@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rltap.config import RolloutConfig
+from rltap.record.sampling import EpisodeSampling
 from rltap.rollout import LocalEpisodes
 from rltap.rollout_io import EpisodeLines
 from rltap.serving import Serving, local_workflow
@@ -64,10 +65,12 @@ class RolloutActor:
         node = str(ray.get_runtime_context().get_node_id())
         return ActorInfo(os.getpid(), node, serving.url, serving.pad_token_id, self.version())
 
-    async def run_lines(self, row: int, episode: int, data: Any) -> EpisodeLines:
+    async def run_lines(
+        self, row: int, episode: int, data: Any, sampling: EpisodeSampling | None = None
+    ) -> EpisodeLines:
         """One episode through this actor's proxy, as its trajectory lines."""
         assert self._episodes is not None, "start() first"
-        return await self._episodes.run_lines(row, episode, data)
+        return await self._episodes.run_lines(row, episode, data, sampling)
 
     async def update_weights(self, source: WeightSource, version: int) -> int:
         """The trainer's weights into this actor's engine (a state dict Ray resolved from the

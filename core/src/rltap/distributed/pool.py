@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from rltap.export import ExportStyle
+from rltap.record.sampling import EpisodeSampling
 from rltap.rollout_io import EpisodeLines
 
 if TYPE_CHECKING:
@@ -73,7 +74,9 @@ class ActorPool:
         """`requested` rows per live actor: each actor's slots bound the episodes."""
         return requested * max(1, len(self.live))
 
-    async def run_lines(self, row: int, episode: int, data: Any) -> EpisodeLines:
+    async def run_lines(
+        self, row: int, episode: int, data: Any, sampling: EpisodeSampling | None = None
+    ) -> EpisodeLines:
         """Episode `episode` of `row` on the least loaded live actor; again on another when
         that actor dies, `max_retries` times at most."""
         from ray.exceptions import RayActorError
@@ -82,7 +85,8 @@ class ActorPool:
         while True:
             slot = await self._acquire()
             try:
-                result: EpisodeLines = await slot.handle.run_lines.remote(row, episode, data)
+                run = slot.handle.run_lines.remote(row, episode, data, sampling)
+                result: EpisodeLines = await run
             except RayActorError as exc:
                 await self._lose(slot, exc)
                 lost += 1

@@ -16,6 +16,7 @@ from rltap.config.serve import SERVER_ENGINES
 from rltap.distributed.cluster import connect, require_ray, start_actors
 from rltap.distributed.pool import ActorPool, NoLiveActors
 from rltap.distributed.weights import RayWeightSync
+from rltap.record.sampling import EpisodeSampling
 from rltap.rollout import RolloutSummary, load_rows, rollout_rows
 
 __all__ = ["ray_actors", "ray_rollout", "ray_training"]
@@ -60,14 +61,17 @@ async def _stop(handles: list[Any]) -> None:
         ray.kill(handle)
 
 
-async def ray_rollout(config: RolloutConfig, console: Console) -> RolloutSummary:
-    """`rltap rollout --ray`: the rows' episodes on the actors, the files written here."""
+async def ray_rollout(
+    config: RolloutConfig, console: Console, sampling: EpisodeSampling | None = None
+) -> RolloutSummary:
+    """`rltap rollout --ray`: the rows' episodes on the actors, the files written here; the
+    episodes sampled by `sampling` (default: `--seed`'s)."""
     if config.proxy:
         raise SystemExit("--ray starts a proxy in each rollout actor: it takes no --proxy")
     rows = load_rows(Path(config.data))
     try:
         async with ray_actors(config) as pool:
-            return await rollout_rows(config, pool, rows, pool.pad_token_id, console)
+            return await rollout_rows(config, pool, rows, pool.pad_token_id, console, sampling)
     except NoLiveActors as exc:  # the rows finished so far are in the files: run again
         raise SystemExit(f"rltap rollout: {exc}") from exc
 

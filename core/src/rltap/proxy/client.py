@@ -17,6 +17,7 @@ import asyncio
 import json
 import random
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -26,6 +27,7 @@ import numpy as np
 from rltap.record import errors
 from rltap.record.exported import TOKEN_COLUMNS, ExportedInteraction
 from rltap.record.pack_io import decode_pack
+from rltap.record.sampling import EpisodeSampling
 from rltap.record.tensor_codec import decode_arrays
 from rltap.record.types import (
     InteractionWithTokenLogpReward,
@@ -73,6 +75,7 @@ class OpenAIProxyClient:
         admin_key: str,
         *,
         task_id: str | None = None,
+        sampling: EpisodeSampling | None = None,
         http_client: httpx.AsyncClient | None = None,
         max_retries: int = 8,
         backoff: float = 0.25,
@@ -81,6 +84,7 @@ class OpenAIProxyClient:
         self.proxy_url = proxy_url.rstrip("/")
         self._admin_headers = {"authorization": f"Bearer {admin_key}"}
         self.task_id = task_id
+        self.sampling = sampling
         self._http = http_client  # made on first use when None
         self._owns_http = http_client is None
         self.max_retries = max_retries
@@ -144,6 +148,8 @@ class OpenAIProxyClient:
     async def start_session(self) -> str:
         await self._post("/grant_capacity", None, admin=True, retry=True)
         body: dict[str, Any] = {} if self.task_id is None else {"task_id": self.task_id}
+        if self.sampling is not None:
+            body["sampling"] = asdict(self.sampling)
         result = await self._post("/rl/start_session", body, admin=True, retry=True)
         self.session_id, self.api_key = result["session_id"], result["api_key"]
         return str(self.session_id)

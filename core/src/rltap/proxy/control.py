@@ -52,6 +52,7 @@ from rltap.proxy.state import ProxyState, SessionRecord, SessionState
 from rltap.record.errors import Conflict, InvalidRequest, NotFound
 from rltap.record.exported import ExportedInteraction
 from rltap.record.pack_io import encode_pack
+from rltap.record.sampling import MAX_SEED, EpisodeSampling
 from rltap.record.tensor_codec import TensorEnvelope, encode_tensors
 from rltap.record.types import InteractionStatus, InteractionWithTokenLogpReward
 from rltap.rewards import Aggregate, DiscountMode, check_link_factors, check_reward
@@ -60,6 +61,7 @@ from rltap.session import Session
 __all__ = [
     "ROUTERS",
     "ExportRequest",
+    "SamplingRequest",
     "SetRewardRequest",
     "SetVersionRequest",
     "StartSessionRequest",
@@ -76,12 +78,22 @@ open_routes = APIRouter(route_class=OpenRoute)
 ROUTERS = (admin_routes, session_routes, open_routes)
 
 
+class SamplingRequest(BaseModel):
+    """`sampling` of `POST /rl/start_session`: `rltap.record.sampling.EpisodeSampling`."""
+
+    model_config = _BODY
+    seed: int | None = Field(default=None, ge=0, le=MAX_SEED)
+    temperature: float | None = Field(default=None, ge=0.0, allow_inf_nan=False)
+
+
 class StartSessionRequest(BaseModel):
-    """`POST /rl/start_session`: an optional task id, and a key of the caller's choosing."""
+    """`POST /rl/start_session`: an optional task id, a key of the caller's choosing, and the
+    sampling every call of the episode gets (a seed, a temperature over the calls' own)."""
 
     model_config = _BODY
     task_id: str | None = None
     api_key: str | None = None
+    sampling: SamplingRequest | None = None
 
 
 class SetRewardRequest(BaseModel):
@@ -132,7 +144,10 @@ async def grant_capacity(request: Request) -> Response:
 async def start_session(request: Request, body: StartSessionRequest | None = None) -> Response:
     state = proxy_state(request)
     body = body or StartSessionRequest()
-    session_id, key = state.store.start(task_id=body.task_id, api_key=body.api_key)
+    sampling = EpisodeSampling(**body.sampling.model_dump()) if body.sampling else None
+    session_id, key = state.store.start(
+        task_id=body.task_id, api_key=body.api_key, sampling=sampling
+    )
     state.metrics.open_sessions.set(state.store.open_sessions)
     return json_response({"session_id": session_id, "api_key": key})
 

@@ -41,6 +41,7 @@ from rltap.record.errors import (
     SessionGone,
 )
 from rltap.record.ids import random_hex
+from rltap.record.sampling import EpisodeSampling
 from rltap.record.tensor_codec import TensorEnvelope
 from rltap.session import Session, SessionConfig
 
@@ -210,8 +211,14 @@ class SessionStore:
         return self._holding
 
     # Lifecycle ----------------------------------------------------------------------------------
-    def start(self, task_id: str | None = None, api_key: str | None = None) -> tuple[str, str]:
-        """A new session on a grant (or a free slot); returns (session_id, api_key)."""
+    def start(
+        self,
+        task_id: str | None = None,
+        api_key: str | None = None,
+        sampling: EpisodeSampling | None = None,
+    ) -> tuple[str, str]:
+        """A new session on a grant (or a free slot), its calls sampled by `sampling` when
+        given; returns (session_id, api_key)."""
         if api_key is not None:
             if not api_key.strip():
                 msg = "api_key must not be empty"
@@ -241,6 +248,8 @@ class SessionStore:
             task_id=task_id,
             last_active=self._clock(),
         )
+        if sampling is not None:
+            record.session.sampling = sampling
         old = self._by_key.get(record.key_hash)
         if old is not None:  # an ended session awaiting export: keep it reachable by id only
             old.key_hash = b""

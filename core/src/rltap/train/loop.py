@@ -10,7 +10,11 @@ version k - 1 into version k):
    AdamW); tokens more than `--max-staleness` versions old are left out and counted;
 3. sync: the new weights into the engine (`rltap.train.sync.weight_sync`), which stamps
    version k on every token it generates from then on;
-4. record: the step's metrics (`metrics.jsonl`, TensorBoard, `reward.png`) and, every
+4. evaluate, with `--eval-data`: every `--eval-every` steps and at the last, the held-out rows
+   on the new weights (`rltap.evaluate`; greedy unless `--eval-temperature`) into
+   `RUN/eval/step-k/`, as `eval_reward`, `eval_reward_std` and `eval_pass_at_1`; also before
+   step 1, as step 0's line;
+5. record: the step's metrics (`metrics.jsonl`, TensorBoard, `reward.png`) and, every
    `--save-every` steps and at the last, a checkpoint `RUN/step-k/`.
 
 With `--async` the rollouts of step k + 1 start when step k's training starts, on the weights of
@@ -40,10 +44,13 @@ from rich.table import Table
 
 from rltap.config import RolloutConfig, TrainConfig
 from rltap.distributed import ray_training
+from rltap.evaluate import score_rows
 from rltap.progress import progress_display
 from rltap.record.pack import TreePack
 from rltap.record.pack_io import load_packs
+from rltap.record.sampling import EpisodeSampling, derive_seed
 from rltap.rollout import BATCH, RolloutSummary, load_rows, run_rollout
+from rltap.rollout_io import load_trajectories
 from rltap.store.schema import STORE_FILE
 from rltap.train.config import train_settings
 from rltap.train.run_dir import Checkpoint, RunDir
@@ -90,11 +97,22 @@ class _Loop:
         self.trainer = trainer
         self.rows = load_rows(Path(config.data))
         self.version = 0
+        self.temperature = config.update.temperature
+        self.evaluation = config.evaluation
+        held_out = config.evaluation.eval_data
+        self.eval_rows = load_rows(Path(held_out)) if held_out else None
 
     def rows_of(self, step: int) -> list[Any]:
         """Step k's rows: the dataset read in order, round and round."""
         per = self.loop.rows_per_step
         return [self.rows[((step - 1) * per + i) % len(self.rows)] for i in range(per)]
+
+    def sampling(self, *parts: int) -> EpisodeSampling:
+        """The episodes' sampling: --temperature, and a seed of their own from --seed and
+        `parts` (the step), so each step samples afresh and a rerun samples the same."""
+        seed = self.loop.episodes.seed
+        derived = None if seed is None else derive_seed(seed, *parts)
+        return EpisodeSampling(seed=derived, temperature=self.temperature)
 
     async def rollout(self, step: int, workflow: Any, progress: Progress) -> _Rollout:
         started = time.monotonic()
@@ -105,6 +123,7 @@ class _Loop:
             out,
             group_size=self.loop.episodes.group_size,
             concurrency=self.loop.episodes.concurrency,
+            sampling=self.sampling(step),
             progress=progress,
         )
         if summary.episodes_ok == 0:
@@ -112,6 +131,49 @@ class _Loop:
             msg = f"step {step}: all {summary.episodes_failed} episodes failed; first: {first}"
             raise TrainingFailed(msg)
         return _Rollout(summary, load_packs(out / BATCH), time.monotonic() - started)
+
+    def evaluates(self, step: int) -> bool:
+        """Whether step `step` ends with a held-out evaluation (step 0: before the first)."""
+        if self.eval_rows is None:
+            return False
+        if step == 0:  # once per run folder, also when the run is resumed
+            return all(row["step"] != 0 for row in self.run.metrics())
+        return step % self.evaluation.eval_every == 0 or step == self.loop.steps
+
+    async def evaluate(self, step: int, workflow: Any, progress: Progress) -> dict[str, float]:
+        """The held-out rows on the current weights (`rltap.evaluate`), into `RUN/eval/step-N/`.
+        Every evaluation samples with the same seeds, so their differences are the weights'."""
+        assert self.eval_rows is not None
+        started = time.monotonic()
+        e = self.evaluation
+        seed = self.loop.episodes.seed
+        sampling = EpisodeSampling(
+            seed=None if seed is None else derive_seed(seed, -1), temperature=e.eval_temperature
+        )
+        out = self.run.eval_dir(step)
+        await run_rollout(
+            workflow,
+            self.eval_rows,
+            out,
+            group_size=e.eval_samples,
+            concurrency=self.loop.episodes.concurrency,
+            sampling=sampling,
+            progress=progress,
+        )
+        result = score_rows(
+            load_trajectories(out),
+            len(self.eval_rows),
+            e.eval_samples,
+            temperature=e.eval_temperature,
+            pass_threshold=e.passing.pass_threshold,
+        )
+        result.write(out)
+        return {
+            "eval_reward": result.reward_mean,
+            "eval_reward_std": result.reward_std,
+            "eval_pass_at_1": result.pass_at_k["1"],
+            "eval_seconds": time.monotonic() - started,
+        }
 
     async def train_and_sync(
         self, step: int, batch: _Rollout, sync: WeightSync
@@ -136,8 +198,10 @@ class _Loop:
     def record(self, step: int, metrics: dict[str, float], tokenizer: Any) -> None:
         self.run.log(step, metrics)
         self.run.plot_rewards()
+        if step == 0:  # the evaluation before the first update: nothing to checkpoint
+            return
         if step % self.loop.save_every == 0 or step == self.loop.steps:
-            state = {"step": step, "version": self.version, "seed": self.loop.seed}
+            state = {"step": step, "version": self.version, "seed": self.loop.episodes.seed}
             model, optimizer = self.trainer.model, self.trainer.optimizer
             self.run.save_checkpoint(step, model, tokenizer, optimizer, state)
 
@@ -147,7 +211,8 @@ async def run_training(config: TrainConfig, console: Console) -> TrainSummary:
     from transformers import AutoTokenizer
 
     steps = config.loop.steps
-    torch.manual_seed(config.loop.seed)
+    if config.loop.episodes.seed is not None:
+        torch.manual_seed(config.loop.episodes.seed)
     run = RunDir(Path(config.out))
     checkpoint = run.last_checkpoint()
     run.resume_from(checkpoint)
@@ -166,6 +231,8 @@ async def run_training(config: TrainConfig, console: Console) -> TrainSummary:
             def start(step: int) -> asyncio.Task[_Rollout]:
                 return asyncio.create_task(loop.rollout(step, workflow, progress))
 
+            if loop.evaluates(0):  # the initial weights' score, as step 0
+                loop.record(0, await loop.evaluate(0, workflow, progress), tokenizer)
             pending = start(first)
             for step in range(first, steps + 1):
                 batch = await pending
@@ -173,6 +240,8 @@ async def run_training(config: TrainConfig, console: Console) -> TrainSummary:
                 if ahead:
                     pending = start(step + 1)
                 metrics = await loop.train_and_sync(step, batch, sync)
+                if loop.evaluates(step):
+                    metrics.update(await loop.evaluate(step, workflow, progress))
                 loop.record(step, metrics, tokenizer)
                 summary.rewards.append(metrics["reward_mean"])
                 summary.last_step = step
@@ -231,12 +300,18 @@ async def _local_serving(
 def train_table(run: RunDir) -> Table:
     """The run's steps: reward, KL, entropy, tokens and where the time went."""
     table = Table(title=f"rltap train: {run.path}")
-    columns = ("step", "reward", "std", "kl", "entropy", "tokens", "stale")
-    for column in (*columns, "rollout s", "train s", "sync s"):
+    rows = run.metrics()
+    evaluated = any("eval_reward" in m for m in rows)
+    columns = ("step", "reward", "std", *(("eval",) if evaluated else ()), "kl", "entropy")
+    for column in (*columns, "tokens", "stale", "rollout s", "train s", "sync s"):
         table.add_column(column, justify="right")
-    for m in run.metrics():
+    for m in rows:
+        score = (f"{m['eval_reward']:.3f}" if "eval_reward" in m else "",) if evaluated else ()
+        if m["step"] == 0:  # the held-out evaluation before the first update only
+            table.add_row("0", "", "", *score, *[""] * 7)
+            continue
         table.add_row(
-            str(m["step"]), f"{m['reward_mean']:.3f}", f"{m['reward_std']:.3f}",
+            str(m["step"]), f"{m['reward_mean']:.3f}", f"{m['reward_std']:.3f}", *score,
             f"{m['kl']:.4f}", f"{m['entropy']:.2f}", f"{m['tokens']:.0f}",
             f"{m['stale_tokens']:.0f}", f"{m['rollout_seconds']:.1f}",
             f"{m['train_seconds']:.1f}", f"{m['sync_seconds']:.2f}",

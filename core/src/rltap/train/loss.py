@@ -33,7 +33,7 @@ import torch
 
 from rltap.config.train import UpdateConfig
 
-__all__ = ["LossSettings", "LossSums", "policy_loss"]
+__all__ = ["LossSettings", "LossSums", "k3", "policy_loss"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,8 +68,11 @@ def policy_loss(
 ) -> LossSums:
     """The loss summed over the given tokens (all 1-D, one value per token).
 
-    `kl` in the result is KL(trained || reference) when `reference` is given, else the same
-    estimate against the behaviour policy (how far the update has moved from what sampled)."""
+    `kl` in the result is KL(trained || reference) when `reference` is given (`--kl-coef` > 0:
+    the drift from the initial model), else the same estimate against the behaviour policy.
+    The latter, with one update per step (`--algo grpo`, or the first minibatch), compares the
+    trainer's logprobs with the engine's for the very same weights: it measures engine/trainer
+    mismatch (numerics, a stale token's older weights), not learning."""
 
     ratio = torch.exp(logprobs - proximal)
     low, high = 1.0 - settings.clip, 1.0 + settings.clip
@@ -77,7 +80,7 @@ def policy_loss(
     weight = torch.exp(proximal - behaviour).clamp(max=settings.behaviour_cap)
     loss = -(weight.detach() * surrogate)
     anchor = behaviour if reference is None else reference
-    kl = _k3(anchor, logprobs)
+    kl = k3(anchor, logprobs)
     if reference is not None and settings.kl_coef:
         loss = loss + settings.kl_coef * kl
     clipped = ((ratio < low) & (advantages < 0)) | ((ratio > high) & (advantages > 0))
@@ -90,8 +93,11 @@ def policy_loss(
     )
 
 
-def _k3(anchor: torch.Tensor, logprobs: torch.Tensor) -> torch.Tensor:
-    """Schulman's k3 estimate of KL(policy || anchor) from the policy's own samples."""
+def k3(anchor: torch.Tensor, logprobs: torch.Tensor) -> torch.Tensor:
+    """Schulman's k3 estimate of KL(policy || anchor) per token, from the policy's own samples:
+    exp(d) - d - 1 with d = anchor - logprobs, which is >= 0 for every d.
 
-    log_ratio = anchor - logprobs
-    return torch.exp(log_ratio) - log_ratio - 1.0
+    Computed as expm1(d) - d in float64 (then in the inputs' dtype): in fp32, exp(d) - d - 1
+    cancels to a few 1e-8 below zero for the tiny d of nearly equal policies."""
+    log_ratio = anchor.double() - logprobs.double()
+    return (torch.expm1(log_ratio) - log_ratio).clamp(min=0.0).to(logprobs.dtype)

@@ -9,8 +9,12 @@ Layout:
   `train_seconds`, `sync_seconds`, `loss`, `grad_norm`, `version` (int, the policy version after
   the update). A non-finite value is written as Python's json writes it (`NaN`, `Infinity`).
 - `tensorboard/`: the same numbers as TensorBoard scalars, tag = key, global step = N.
-- `reward.png`: `reward_mean` per step with a `reward_std` band.
-- `rollouts/step-N/`: what step N's rollouts wrote; `sync/`: weights on their way to an engine.
+  With `--eval-data`, the steps that end with a held-out evaluation also log `eval_reward`,
+  `eval_reward_std`, `eval_pass_at_1` and `eval_seconds`, and a line `{"step": 0, ...}` with
+  only these is the evaluation before the first update.
+- `reward.png`: `reward_mean` per step with a `reward_std` band, and `eval_reward` when logged.
+- `rollouts/step-N/`: what step N's rollouts wrote; `eval/step-N/`: the held-out evaluation
+  after update N (`rltap.evaluate`'s files); `sync/`: weights on their way to an engine.
 - `step-N/`: the checkpoint after update N, a Hugging Face model folder (`from_pretrained` loads
   it) with the tokenizer, `optimizer.pt` (the optimizer's `state_dict`) and `run_state.json` (the
   loop's own state). It is written as `.step-N.partial/` and renamed when complete, so a run killed
@@ -157,6 +161,12 @@ class RunDir:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
+    def eval_dir(self, step: int) -> Path:
+        """`RUN/eval/step-N/`, created: the held-out evaluation after update N (0: before)."""
+        path = self.path / "eval" / f"step-{step}"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
     def sync_dir(self) -> Path:
         """`RUN/sync/`, created: where disk-based weight sync writes the weights."""
         path = self.path / "sync"
@@ -221,9 +231,14 @@ class RunDir:
             label="± reward_std",
         )
         axes.plot(steps, mean, marker="o", label="reward_mean")
+        evaluated = [row for row in self.metrics() if "eval_reward" in row]
+        if evaluated:  # the held-out score, from step 0 (before the first update) on
+            eval_steps = [row["step"] for row in evaluated]
+            eval_mean = [float(row["eval_reward"]) for row in evaluated]
+            axes.plot(eval_steps, eval_mean, marker="s", label="eval_reward (held out)")
         axes.set(xlabel="step", ylabel="reward", title=f"reward per step ({self.path.name})")
         axes.grid(visible=True, alpha=0.3)
-        if rows:
+        if rows or evaluated:
             axes.legend(loc="best")
         target = self.path / REWARD_PLOT
         partial = target.with_name(f".{REWARD_PLOT}.partial")
@@ -316,9 +331,10 @@ class RunDir:
         partial = metrics.with_name(f".{METRICS}.partial")
         partial.write_text("".join(json.dumps(row) + "\n" for row in kept), encoding="utf-8")
         partial.replace(metrics)
-        for step, path in _steps(self.path / "rollouts", _CHECKPOINT):
-            if step > last:
-                shutil.rmtree(path)
+        for folder in ("rollouts", "eval"):
+            for step, path in _steps(self.path / folder, _CHECKPOINT):
+                if step > last:
+                    shutil.rmtree(path)
         # TensorBoard keeps its events; a writer started with purge_step hides those at or after it.
         self.close()
         self._purge_step = last + 1
