@@ -11,8 +11,10 @@ run under their grammar in the scripted engine, which checks the cut reply again
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import pytest
 from add_tool import ANTHROPIC_ADD_TOOL, CHAT_ADD_TOOL, RESPONSES_ADD_TOOL
 from clients import sse_data
@@ -26,7 +28,7 @@ ProxyFactory = Callable[..., Awaitable[RunningProxy]]
 PREFACE = "Let me add them."
 # Compact arguments, as a grammar makes the model write them.
 CALL = '<tool_call>\n{"name": "add", "arguments": {"a":2,"b":2}}\n</tool_call>'
-# Tokens of the reply with a preface: the preface and about half the call.
+# Fourteen tokens end inside the call's markup, with the preface or without it.
 CUT = 14
 
 
@@ -36,61 +38,66 @@ def _call_reply(
     return f"{PREFACE} {CALL}" if "preface" in str(messages[-1]["content"]) else CALL
 
 
-@pytest.fixture
-async def scripted(make_proxy: ProxyFactory) -> RunningProxy:
-    return await make_proxy(_call_reply, reasoning_parser=None, token_delay=0.001)
+@dataclass(frozen=True)
+class Case:
+    """A tool choice in each API's form, the user message, and the text expected before the call."""
+
+    chat: Any
+    responses: Any
+    messages: Any
+    user: str = "add"
+    text: str = ""
 
 
-# (tool choice in each API's form, the user message, the text expected before the call)
-CHOICES = [
-    pytest.param(("auto", "auto", {"type": "auto"}), "preface please", PREFACE, id="auto"),
-    pytest.param(("required", "required", {"type": "any"}), "add", "", id="required"),
+CASES = [
+    pytest.param(Case("auto", "auto", {"type": "auto"}, "preface please", PREFACE), id="auto"),
+    pytest.param(Case("required", "required", {"type": "any"}), id="required"),
     pytest.param(
-        (
+        Case(
             {"type": "function", "function": {"name": "add"}},
             {"type": "function", "name": "add"},
             {"type": "tool", "name": "add"},
         ),
-        "add",
-        "",
         id="named",
     ),
 ]
 STREAM = [pytest.param(False, id="json"), pytest.param(True, id="sse")]
+Post = Callable[[str, dict[str, Any]], Awaitable[httpx.Response]]
 
 
-async def _recorded_output(
-    proxy: RunningProxy, renderer: ChatRenderer, key: str, session_id: str
-) -> str:
-    """The exported output tokens of the session's one interaction, decoded."""
-    assert (await proxy.session_post(key, "/rl/end_session")).status_code == 200
-    (interaction,) = interactions_from_export(await proxy.export(session_id)).values()
-    assert interaction.model_response is not None
-    assert interaction.model_response.output_len == CUT
-    return renderer.decode(interaction.model_response.output_tokens)
+@pytest.fixture
+async def post(make_proxy: ProxyFactory, renderer: ChatRenderer) -> Post:
+    """POST a body to a route in a fresh session of a proxy whose replies are the call, one token
+    a chunk; the reply is checked recorded with the engine's tokens, cut markup and all."""
+    proxy = await make_proxy(_call_reply, reasoning_parser=None, token_delay=0.001)
+
+    async def send(path: str, body: dict[str, Any]) -> httpx.Response:
+        session_id, key = await proxy.start_session()
+        response = await proxy.session_post(key, path, {"model": "tiny", **body})
+        assert response.status_code == 200, response.text
+        assert (await proxy.session_post(key, "/rl/end_session")).status_code == 200
+        (interaction,) = interactions_from_export(await proxy.export(session_id)).values()
+        assert interaction.model_response is not None
+        assert interaction.model_response.output_len == CUT
+        assert "<tool_call>" in renderer.decode(interaction.model_response.output_tokens)
+        return response
+
+    return send
 
 
-@pytest.mark.parametrize(("choice", "user", "text"), CHOICES)
+@pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("stream", STREAM)
-async def test_chat(
-    scripted: RunningProxy,
-    renderer: ChatRenderer,
-    choice: tuple[Any, ...],
-    user: str,
-    text: str,
-    stream: bool,
-) -> None:
-    session_id, key = await scripted.start_session()
-    body: dict[str, Any] = {
-        "model": "tiny",
-        "messages": [{"role": "user", "content": user}],
-        "tools": [CHAT_ADD_TOOL],
-        "tool_choice": choice[0],
-        "max_tokens": CUT,
-        "stream": stream,
-    }
-    response = await scripted.session_post(key, "/v1/chat/completions", body)
-    assert response.status_code == 200, response.text
+async def test_chat(post: Post, case: Case, stream: bool) -> None:
+    response = await post(
+        "/v1/chat/completions",
+        {
+            "messages": [{"role": "user", "content": case.user}],
+            "tools": [CHAT_ADD_TOOL],
+            "tool_choice": case.chat,
+            "max_tokens": CUT,
+            "stream": stream,
+        },
+    )
     if stream:
         chunks = sse_data(response.text)
         assert chunks[-1] == "[DONE]"
@@ -102,36 +109,27 @@ async def test_chat(
         (reply,) = response.json()["choices"]
         assert "tool_calls" not in reply["message"]
         content, finish = reply["message"]["content"], reply["finish_reason"]
-    assert (content, finish) == (text, "length")
-    assert "<tool_call>" in await _recorded_output(scripted, renderer, key, session_id)
+    assert (content, finish) == (case.text, "length")
 
 
-@pytest.mark.parametrize(("choice", "user", "text"), CHOICES)
+@pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("stream", STREAM)
-async def test_responses(
-    scripted: RunningProxy,
-    renderer: ChatRenderer,
-    choice: tuple[Any, ...],
-    user: str,
-    text: str,
-    stream: bool,
-) -> None:
-    session_id, key = await scripted.start_session()
-    body: dict[str, Any] = {
-        "model": "tiny",
-        "input": user,
-        "tools": [RESPONSES_ADD_TOOL],
-        "tool_choice": choice[1],
-        "max_output_tokens": CUT,
-        "stream": stream,
-    }
-    response = await scripted.session_post(key, "/v1/responses", body)
-    assert response.status_code == 200, response.text
+async def test_responses(post: Post, case: Case, stream: bool) -> None:
+    response = await post(
+        "/v1/responses",
+        {
+            "input": case.user,
+            "tools": [RESPONSES_ADD_TOOL],
+            "tool_choice": case.responses,
+            "max_output_tokens": CUT,
+            "stream": stream,
+        },
+    )
     if stream:
         events = sse_data(response.text)
         assert [e["type"] for e in events if e["type"].endswith("_arguments.delta")] == []
         streamed = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
-        assert streamed == text
+        assert streamed == case.text
         assert events[-1]["type"] == "response.incomplete"
         reply = events[-1]["response"]
     else:
@@ -143,42 +141,32 @@ async def test_responses(
     # One message item, empty when there is no text: the client's history still holds the turn.
     (item,) = reply["output"]
     assert (item["type"], item["status"]) == ("message", "incomplete")
-    assert [part["text"] for part in item["content"]] == [text]
-    assert "<tool_call>" in await _recorded_output(scripted, renderer, key, session_id)
+    assert [part["text"] for part in item["content"]] == [case.text]
 
 
-@pytest.mark.parametrize(("choice", "user", "text"), CHOICES)
+@pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("stream", STREAM)
-async def test_messages(
-    scripted: RunningProxy,
-    renderer: ChatRenderer,
-    choice: tuple[Any, ...],
-    user: str,
-    text: str,
-    stream: bool,
-) -> None:
-    session_id, key = await scripted.start_session()
-    body: dict[str, Any] = {
-        "model": "tiny",
-        "messages": [{"role": "user", "content": user}],
-        "tools": [ANTHROPIC_ADD_TOOL],
-        "tool_choice": choice[2],
-        "max_tokens": CUT,
-        "stream": stream,
-    }
-    response = await scripted.session_post(key, "/v1/messages", body)
-    assert response.status_code == 200, response.text
+async def test_messages(post: Post, case: Case, stream: bool) -> None:
+    response = await post(
+        "/v1/messages",
+        {
+            "messages": [{"role": "user", "content": case.user}],
+            "tools": [ANTHROPIC_ADD_TOOL],
+            "tool_choice": case.messages,
+            "max_tokens": CUT,
+            "stream": stream,
+        },
+    )
     if stream:
         events = sse_data(response.text)
         starts = [e["content_block"]["type"] for e in events if e["type"] == "content_block_start"]
-        assert starts == (["text"] if text else [])
+        assert starts == (["text"] if case.text else [])
         deltas = [e["delta"] for e in events if e["type"] == "content_block_delta"]
-        assert "".join(d["text"] for d in deltas) == text
+        assert "".join(d["text"] for d in deltas) == case.text
         (end,) = [e["delta"] for e in events if e["type"] == "message_delta"]
         stop_reason = end["stop_reason"]
     else:
         message = response.json()
-        assert message["content"] == ([{"type": "text", "text": text}] if text else [])
+        assert message["content"] == ([{"type": "text", "text": case.text}] if case.text else [])
         stop_reason = message["stop_reason"]
     assert stop_reason == "max_tokens"
-    assert "<tool_call>" in await _recorded_output(scripted, renderer, key, session_id)
