@@ -2,7 +2,8 @@
 
 `Session.stream(request)` is the single implementation of a generation: it records the call in
 the cache (resolving its parent), renders the prompt, streams tokens from the engine through the
-output parser and stores the finished interaction. `Session.generate` collects the same stream;
+reply reader (cut at a stop string, then parsed: `rltap.chat.reply_reader`) and stores the
+finished interaction. `Session.generate` collects the same stream;
 a request that does not stream makes one engine call and parses the reply whole.
 Both the HTTP proxy and the direct client (`rltap.client`) call these.
 

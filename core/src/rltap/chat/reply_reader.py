@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from rltap.chat.stop_strings import StopStringCut, cut_at_stop
 from rltap.chat.stream_decoder import StreamDecoder
 from rltap.chat.streaming import OutputParser, StreamingParser
-from rltap.record.parsed import Delta, ParsedOutput, fold_deltas
+from rltap.record.parsed import Delta, IdFactory, ParsedOutput, fold_deltas
 
 __all__ = ["Reply", "ReplyReader", "read_reply"]
 
@@ -73,8 +73,15 @@ class ReplyReader:
         return deltas
 
 
-def read_reply(parser: OutputParser, text: str, stop: Sequence[str], *, length: bool) -> Reply:
+def read_reply(
+    parser: OutputParser,
+    text: str,
+    stop: Sequence[str],
+    *,
+    length: bool,
+    new_id: IdFactory | None = None,
+) -> Reply:
     """A whole reply's text as the client is shown it (`length` as in `ReplyReader.finish`)."""
     kept, matched = cut_at_stop(text, stop)
     truncated = length and matched is None
-    return Reply(parser.parse(kept, truncated=truncated), matched, truncated)
+    return Reply(parser.parse(kept, new_id=new_id, truncated=truncated), matched, truncated)
