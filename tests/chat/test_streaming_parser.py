@@ -267,6 +267,39 @@ def test_finish_flushes_held_text(
         stream.feed("more")
 
 
+@pytest.mark.parametrize(
+    ("tool", "reasoning", "text", "expected"),
+    [
+        pytest.param(
+            "hermes", None, 'x <tool_call>\n{"name": "f", "argu', ParsedOutput("x"), id="block"
+        ),
+        pytest.param(
+            "hermes",
+            None,
+            f'{HERMES_CALL}\n<tool_call>\n{{"name": "get"',
+            ParsedOutput("", None, [_call(0, "get", HERMES_ARGS)]),
+            id="after-a-whole-call",
+        ),
+        # Not yet markup: text, as in a reply that ends there.
+        pytest.param("hermes", None, "x <tool", ParsedOutput("x <tool"), id="partial-tag"),
+        pytest.param(
+            "hermes", "qwen3", "<think>a</thi", ParsedOutput("", "a</thi"), id="in-reasoning"
+        ),
+        pytest.param("mistral", None, "x [TOOL_CALLS]f[A", ParsedOutput("x"), id="mistral"),
+        pytest.param("llama3", None, '{"name": "f", "param', ParsedOutput(""), id="llama3-json"),
+    ],
+)
+def test_a_reply_cut_by_the_token_limit_drops_the_call_it_left_open(
+    tool: str, reasoning: str | None, text: str, expected: ParsedOutput
+) -> None:
+    parser = build_output_parser(tool, reasoning)
+    assert parser.parse(text, new_id=sequential_call_ids(), truncated=True) == expected
+    for pieces in _every_split(text):
+        stream = parser.stream(new_id=sequential_call_ids())
+        deltas = [delta for piece in pieces for delta in stream.feed(piece)]
+        assert fold_deltas([*deltas, *stream.finish(truncated=True)]) == expected, pieces
+
+
 def test_without_parsers_content_is_only_stripped() -> None:
     stream = build_streaming_parser(None)
     deltas = [*stream.feed("  a <tool_call>"), *stream.feed(" b \n"), *stream.finish()]

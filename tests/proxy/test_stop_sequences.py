@@ -1,7 +1,10 @@
 """Stop strings end a reply on every API and engine, and the APIs say which one did.
 
-Anthropic reports `stop_reason: "stop_sequence"` with the matched `stop_sequence` (Messages never
-asks for logprobs, which the match once depended on); Chat ends with `stop` (Responses has no stop
+The text ends before the stop string, as OpenAI, Anthropic and vLLM return it, streamed too: a
+stop string split across tokens never shows in part. The recorded tokens keep it (they are what
+the engine produced), and the next call, which sends the cut text back, continues them. Anthropic
+reports `stop_reason: "stop_sequence"` with the matched `stop_sequence` (Messages never asks for
+logprobs, which the match once depended on); Chat ends with `stop` (Responses has no stop
 strings). Checked with the scripted engine (a fixed reply) and with the embedded engine running
 the tiny model, streamed and not.
 """
@@ -15,12 +18,14 @@ from typing import Any
 import anthropic
 import httpx2
 import pytest
-from clients import anthropic_client, openai_client
+from clients import anthropic_client, openai_client, sse_data
 
 from rltap.chat.renderer import ChatRenderer
 from rltap.chat.streaming import build_output_parser
 from rltap.engines.transformers import TransformersEngine
+from rltap.proxy.client import interactions_from_export
 from rltap.proxy.state import ProxyConfig
+from rltap.record.types import Link
 from rltap.session import SessionConfig
 from rltap.testing.proxy import TEST_ADMIN_KEY, RunningProxy, start_test_proxy
 
@@ -36,7 +41,8 @@ def _fixed_reply(
 
 @pytest.fixture
 async def scripted(make_proxy: ProxyFactory) -> RunningProxy:
-    return await make_proxy(_fixed_reply)
+    # One token a chunk: the tokens of " Observation" and ":" arrive apart.
+    return await make_proxy(_fixed_reply, token_delay=0.001)
 
 
 async def _messages_reply(
@@ -63,25 +69,84 @@ async def test_messages_reports_the_stop_sequence_that_matched(
     client = anthropic_client(scripted, key, http2)
     message = await _messages_reply(client, ["END", "Observation:"], stream)
     assert (message.stop_reason, message.stop_sequence) == ("stop_sequence", "Observation:")
-    text = message.content[0]
+    (text,) = message.content
     assert text.type == "text"
-    assert text.text.startswith("The answer is 42.")
-    assert "the tool said" not in text.text
+    assert text.text == "The answer is 42."
     # A stop string the reply never reaches: the turn ends as usual.
     plain = await _messages_reply(client, ["NEVER"], stream)
     assert (plain.stop_reason, plain.stop_sequence) == ("end_turn", None)
 
 
-async def test_chat_ends_stop_at_a_stop_string(scripted: RunningProxy) -> None:
+async def test_messages_streams_no_part_of_the_stop_sequence(scripted: RunningProxy) -> None:
     _, key = await scripted.start_session()
+    body = {
+        "model": "tiny",
+        "max_tokens": 64,
+        "messages": [{"role": "user", "content": "go"}],
+        "stop_sequences": ["ation: the"],  # from the middle of " Observation", over 3 tokens
+        "stream": True,
+    }
+    response = await scripted.session_post(key, "/v1/messages", body)
+    assert response.status_code == 200, response.text
+    events = sse_data(response.text)
+    deltas = [e["delta"]["text"] for e in events if e["type"] == "content_block_delta"]
+    assert "".join(deltas) == "The answer is 42. Observ"
+    (end,) = [e["delta"] for e in events if e["type"] == "message_delta"]
+    assert (end["stop_reason"], end["stop_sequence"]) == ("stop_sequence", "ation: the")
+
+
+@pytest.mark.parametrize(
+    ("stop", "content"),
+    [
+        pytest.param(["Observation:"], "The answer is 42.", id="whole-tokens"),
+        pytest.param(["ation: the", "END"], "The answer is 42. Observ", id="within-a-token"),
+    ],
+)
+@pytest.mark.parametrize("stream", [pytest.param(False, id="json"), pytest.param(True, id="sse")])
+async def test_chat_ends_before_the_stop_string(
+    scripted: RunningProxy, stop: list[str], content: str, stream: bool
+) -> None:
+    _, key = await scripted.start_session()
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "go"}], "stop": stop}
+    response = await scripted.session_post(key, "/v1/chat/completions", {**body, "stream": stream})
+    assert response.status_code == 200, response.text
+    if stream:
+        chunks = [c["choices"][0] for c in sse_data(response.text)[:-1] if c["choices"]]
+        pieces = [c["delta"]["content"] for c in chunks if c["delta"].get("content")]
+        assert len(pieces) > 1  # it did stream, token by token
+        assert ("".join(pieces), chunks[-1]["finish_reason"]) == (content, "stop")
+    else:
+        (choice,) = response.json()["choices"]
+        assert (choice["message"]["content"], choice["finish_reason"]) == (content, "stop")
+
+
+async def test_the_next_call_continues_the_recorded_tokens(
+    scripted: RunningProxy, renderer: ChatRenderer
+) -> None:
+    session_id, key = await scripted.start_session()
     client = openai_client(scripted, key)
-    completion = await client.chat.completions.create(
-        model="tiny", messages=[{"role": "user", "content": "go"}], stop=["Observation:"]
+    messages: list[Any] = [{"role": "user", "content": "go"}]
+    first = await client.chat.completions.create(
+        model="tiny", messages=messages, stop=["Observation:"]
     )
-    choice = completion.choices[0]
-    assert choice.finish_reason == "stop"
-    assert choice.message.content is not None
-    assert "the tool said" not in choice.message.content
+    assert first.choices[0].message.content == "The answer is 42."
+    messages += [
+        first.choices[0].message.model_dump(exclude_none=True),
+        {"role": "user", "content": "and then?"},
+    ]
+    second = await client.chat.completions.create(model="tiny", messages=messages)
+    assert (await scripted.session_post(key, "/rl/end_session")).status_code == 200
+    export = await scripted.export(session_id)
+    interactions = interactions_from_export(export)
+    parent, child = interactions[first.id], interactions[second.id]
+    assert (child.link, child.parent_id) == (Link.PREFIX, first.id)
+    assert parent.model_response is not None
+    assert child.model_response is not None
+    # The parent's tokens are what the engine produced, stop string included; the child's
+    # prompt continues them token for token.
+    assert renderer.decode(parent.model_response.output_tokens).endswith(" Observation:")
+    parent_sequence = parent.model_response.input_tokens + parent.model_response.output_tokens
+    assert child.model_response.input_tokens[: len(parent_sequence)] == parent_sequence
 
 
 @contextlib.asynccontextmanager

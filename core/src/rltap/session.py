@@ -2,7 +2,8 @@
 
 `Session.stream(request)` is the single implementation of a generation: it records the call in
 the cache (resolving its parent), renders the prompt, streams tokens from the engine through the
-output parser and stores the finished interaction. `Session.generate` collects the same stream;
+reply reader (cut at a stop string, then parsed: `rltap.chat.reply_reader`) and stores the
+finished interaction. `Session.generate` collects the same stream;
 a request that does not stream makes one engine call and parses the reply whole.
 Both the HTTP proxy and the direct client (`rltap.client`) call these.
 
@@ -21,7 +22,7 @@ from typing import Any
 from rltap.cache import InteractionCache
 from rltap.canonical import tools_context
 from rltap.chat.renderer import ChatRenderer
-from rltap.chat.stop_strings import matched_stop_string
+from rltap.chat.reply_reader import Reply, ReplyReader, read_reply
 from rltap.chat.streaming import OutputParser
 from rltap.engine_request import SessionConfig, build_model_request
 from rltap.engines.base import InferenceEngine
@@ -38,7 +39,7 @@ from rltap.interleave import interleave
 from rltap.protocols import spec_named
 from rltap.record.errors import EngineError, NotFound, ThreadNotFound
 from rltap.record.ids import random_hex
-from rltap.record.parsed import Delta, ParsedOutput, fold_deltas, output_message
+from rltap.record.parsed import Delta, output_message
 from rltap.record.sampling import EpisodeSampling
 from rltap.record.types import (
     InteractionWithTokenLogpReward,
@@ -210,20 +211,17 @@ class Session:
         started = time.perf_counter()
         try:
             parser = self._parser(request.tool_choice != "none").stream()
-            decoder = self.renderer.stream_decoder()
-            deltas: list[Delta] = []
+            reader = ReplyReader(self.renderer.stream_decoder(), parser, request.stop)
             # Closing the engine stream (here, not at garbage collection) aborts the request.
             async with contextlib.aclosing(self.engine.stream(model_request)) as chunks:
                 async for chunk in chunks:
                     response.extend(chunk)
                     text_ids = [t for t in chunk.token_ids if t not in self._stop_ids]
-                    new = parser.feed(decoder.push(text_ids)) if text_ids else []
-                    deltas.extend(new)
+                    new = reader.push(text_ids) if text_ids else []
                     if new or chunk.token_ids:
                         yield self._delta(request, index, new, chunk.token_ids, chunk.logprobs)
             _check_not_aborted(response)
-            tail = parser.feed(decoder.flush()) + parser.finish()
-            deltas.extend(tail)
+            tail = reader.finish(length=response.stop_reason is StopReason.LENGTH)
             if tail:
                 yield GenerationDelta(index=index, deltas=tail)
             response.latency = time.perf_counter() - started
@@ -233,7 +231,7 @@ class Session:
                 index,
                 model_request,
                 response,
-                fold_deltas(deltas),
+                reader.reply,
                 created,
             )
             finished = True
@@ -262,11 +260,15 @@ class Session:
             response = await self.engine.generate(model_request)
             _check_not_aborted(response)
             text_ids = [t for t in response.output_tokens if t not in self._stop_ids]
-            output_parser = self._parser(request.tool_choice != "none")
-            parsed = output_parser.parse(self.renderer.decode(text_ids))
+            reply = read_reply(
+                self._parser(request.tool_choice != "none"),
+                self.renderer.decode(text_ids),
+                request.stop,
+                length=response.stop_reason is StopReason.LENGTH,
+            )
             response.latency = time.perf_counter() - started
             generation = self._finish(
-                request, interaction_id, index, model_request, response, parsed, created
+                request, interaction_id, index, model_request, response, reply, created
             )
             finished = True
             return generation
@@ -311,20 +313,19 @@ class Session:
         index: int,
         model_request: ModelRequest,
         response: ModelResponse,
-        parsed: ParsedOutput,
+        reply: Reply,
         created: float,
     ) -> Generation:
+        """The finished choice: the recorded message is what the client was shown (cut at a stop
+        string), the recorded tokens what the engine produced."""
+        parsed = reply.parsed
         finish_reason: FinishReason = "stop"
         if parsed.tool_calls:
             finish_reason = "tool_calls"
-        elif response.stop_reason is StopReason.LENGTH:
+        elif reply.truncated:
             finish_reason = "length"
         message = output_message(parsed)
         self.cache.complete(interaction_id, response, [message])
-        ids = response.output_tokens
-        stop_sequence = None
-        if response.stop_reason is StopReason.STOP and ids and ids[-1] not in self._stop_ids:
-            stop_sequence = matched_stop_string(self.renderer.decode, ids, request.stop)
         return Generation(
             index=index,
             interaction_id=interaction_id,
@@ -332,7 +333,7 @@ class Session:
             parsed=parsed,
             finish_reason=finish_reason,
             output_message=message,
-            stop_sequence=stop_sequence,
+            stop_sequence=reply.stop_sequence,
             token_texts=self._token_texts(response.output_tokens) if request.logprobs else [],
             created=created,
             max_tokens=model_request.max_new_tokens,

@@ -176,7 +176,7 @@ GENERATIONS = [
         make_generation(content="Once upon a", finish="length"), "max_tokens", id="length"
     ),
     pytest.param(
-        make_generation(content="1, 2, 3 STOP", stop_sequence="STOP"),
+        make_generation(content="1, 2, 3", stop_sequence="STOP"),
         "stop_sequence",
         id="stop-sequence",
     ),

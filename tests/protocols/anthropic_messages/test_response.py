@@ -82,8 +82,9 @@ async def test_sdk_create_reads_body() -> None:
 def test_stop_reason_reports_the_matched_stop_string(
     finish: FinishReason, stop_sequence: str | None, expected: tuple[str, str | None]
 ) -> None:
-    # The session finds the string (rltap.chat.stop_strings); the body reports it as it is.
-    generation = make_generation(content="Done END", finish=finish, stop_sequence=stop_sequence)
+    # The session finds the string and cuts the text before it (rltap.chat.stop_strings); the
+    # body reports it as it is.
+    generation = make_generation(content="Done", finish=finish, stop_sequence=stop_sequence)
     raw = build_response(parse_request(body(stop_sequences=["END", "DONE"])), [generation])
     assert (raw["stop_reason"], raw["stop_sequence"]) == expected
     Message.model_validate(raw)

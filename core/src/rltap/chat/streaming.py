@@ -23,8 +23,10 @@ Hold-back (what `feed` does not release yet):
   either (released when more text follows it, dropped at the end). This makes the streamed
   content equal the stripped content of a whole-text parse.
 
-Flush (`finish`): a partial tag or an unclosed tool-call block becomes content, verbatim; an
-unclosed reasoning block stays reasoning; trailing whitespace is dropped.
+Flush (`finish`): a partial tag or an unclosed tool-call block becomes content, verbatim (but
+a call left open by a reply cut at the token limit, `truncated`, is dropped: see
+`rltap.chat.tool_call_stream`); an unclosed reasoning block stays reasoning; trailing whitespace
+is dropped.
 """
 
 from __future__ import annotations
@@ -111,14 +113,15 @@ class StreamingParser:
         split = self._reasoning.feed(text) if self._reasoning else [ContentDelta(text)]
         return self._route(split)
 
-    def finish(self) -> list[Delta]:
-        """End of output: flush what is held back (see the module docstring for the rules)."""
+    def finish(self, *, truncated: bool = False) -> list[Delta]:
+        """End of output: flush what is held back (see the module docstring for the rules);
+        `truncated`: the reply was cut short by the token limit."""
         if self._finished:
             return []
         self._finished = True
         deltas = self._route(self._reasoning.finish()) if self._reasoning else []
         if self._tools is not None:
-            deltas.extend(self._trim(self._tools.finish()))
+            deltas.extend(self._trim(self._tools.finish(truncated=truncated)))
         return deltas
 
     def _route(self, split: Sequence[ContentDelta | ReasoningDelta]) -> list[Delta]:
@@ -155,8 +158,10 @@ def parse_output(
     reasoning_parser: ReasoningParser | None = None,
     starts_in_reasoning: bool | None = None,
     new_id: IdFactory | None = None,
+    truncated: bool = False,
 ) -> ParsedOutput:
-    """Parse a whole reply: split off reasoning, then find tool calls in the rest."""
+    """Parse a whole reply: split off reasoning, then find tool calls in the rest (`truncated`:
+    the reply was cut short by the token limit)."""
     _check_flag(reasoning_parser, starts_in_reasoning)
     reasoning: str | None = None
     content = text
@@ -167,7 +172,7 @@ def parse_output(
         content = split.content
     if tool_parser is None:
         return ParsedOutput(content=content.strip(), reasoning=reasoning)
-    parsed = tool_parser.parse(content, new_id=new_id)
+    parsed = tool_parser.parse(content, new_id=new_id, truncated=truncated)
     return ParsedOutput(content=parsed.content, reasoning=reasoning, tool_calls=parsed.tool_calls)
 
 
@@ -182,14 +187,17 @@ class OutputParser:
     reasoning_parser: ReasoningParser | None = None
     starts_in_reasoning: bool | None = None
 
-    def parse(self, text: str, *, new_id: IdFactory | None = None) -> ParsedOutput:
-        """Parse a whole reply."""
+    def parse(
+        self, text: str, *, new_id: IdFactory | None = None, truncated: bool = False
+    ) -> ParsedOutput:
+        """Parse a whole reply (`truncated`: cut short by the token limit)."""
         return parse_output(
             text,
             tool_parser=self.tool_parser,
             reasoning_parser=self.reasoning_parser,
             starts_in_reasoning=self.starts_in_reasoning,
             new_id=new_id,
+            truncated=truncated,
         )
 
     def stream(self, *, new_id: IdFactory | None = None) -> StreamingParser:

@@ -6,7 +6,10 @@ Rules shared by every format:
   whole text, so streaming and whole-text parsing cannot drift apart.
 - Markup is committed only once a call parses. Invalid JSON, a missing name, non-object arguments
   or a block still open at the end of the text leave the markup and its body as content,
-  verbatim; parsing never raises on model output.
+  verbatim; parsing never raises on model output. The one exception: in a reply cut short by the
+  token limit (`truncated`), a call the model had begun (its opening tag read, or llama3's bare
+  JSON at the start) is dropped, not shown: it is a call the model did not finish, never text
+  a client should print as the answer.
 - Arguments are re-serialised as compact JSON (`{"a":1}`), non-ASCII kept; NaN and Infinity are
   rejected because they are not JSON. Arguments given as a JSON string are decoded first.
 - A call is emitted when its block is complete (one start delta, then one arguments delta), never
@@ -177,12 +180,14 @@ class ToolCallStream(ABC):
             pass
         return self._take()
 
-    def finish(self) -> list[Delta]:
-        """End of output: anything held back (a partial tag, an open block) becomes content."""
+    def finish(self, *, truncated: bool = False) -> list[Delta]:
+        """End of output: anything held back (a partial tag, an open block) becomes content, but
+        for a call left open in a `truncated` reply (see the module docstring)."""
         if self._finished:
             return []
         self._finished = True
-        self._content(self._pending + self._buf)
+        if not (truncated and self._state is not StreamState.TEXT):
+            self._content(self._pending + self._buf)
         self._pending = self._buf = ""
         return self._take()
 
@@ -286,10 +291,13 @@ class ToolParser(ABC):
         """A Lark terminal for text that holds no call: no opening tag occurs in it."""
         return text_without(self.opening_tags)
 
-    def parse(self, text: str, *, new_id: IdFactory | None = None) -> ParsedOutput:
-        """Parse a whole reply (no reasoning handling): stripped content and the tool calls."""
+    def parse(
+        self, text: str, *, new_id: IdFactory | None = None, truncated: bool = False
+    ) -> ParsedOutput:
+        """Parse a whole reply (no reasoning handling): stripped content and the tool calls;
+        `truncated`: the reply was cut short by the token limit."""
         if self.opening_tags and not any(tag in text for tag in self.opening_tags):
             return ParsedOutput(content=text.strip())  # most replies: no need to run the parser
         stream = self.stream(new_id=new_id)
-        folded = fold_deltas([*stream.feed(text), *stream.finish()])
+        folded = fold_deltas([*stream.feed(text), *stream.finish(truncated=truncated)])
         return ParsedOutput(content=folded.content.strip(), tool_calls=folded.tool_calls)

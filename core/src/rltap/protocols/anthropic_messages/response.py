@@ -10,9 +10,9 @@ Decisions where the API leaves room:
   messages ignore tool-call ids, so the client's history still matches the recorded reply.
 - `stop_reason`: tool_calls -> `tool_use`, length -> `max_tokens`, stop -> `stop_sequence` (with
   the matched string) when one of the request's `stop_sequences` ended the reply (the session
-  finds it, `rltap.chat.stop_strings`; engines keep the matched string in the output tokens, so
-  the reply text keeps it too), else `end_turn`; abort -> None, since Anthropic has no reason for
-  a generation rltap cancelled.
+  finds it and cuts the text before it, `rltap.chat.stop_strings`; the recorded output tokens
+  keep it, as the engine produced it), else `end_turn`; abort -> None, since Anthropic has no
+  reason for a generation rltap cancelled.
 - Messages has exactly one choice: `build_response` reads the first generation only.
 """
 
