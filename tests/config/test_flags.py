@@ -49,8 +49,8 @@ COMMANDS = [
     pytest.param("train", TrainConfig, {}, id="train"),
     pytest.param("demo", DemoConfig, {}, id="demo"),
 ]
-# What the command line keeps besides the settings: its dispatch, and train's own reparse.
-NOT_SETTINGS = {"command", "handler", "train_parser", "config"}
+# What the command line keeps besides the settings: its dispatch, and the reparse with --config.
+NOT_SETTINGS = {"command", "handler", "command_parser", "config"}
 
 
 def _argv(command: str, required: dict[str, str]) -> list[str]:
@@ -83,7 +83,7 @@ def test_help_lists_exactly_the_fields_flags(
         build_parser().parse_args([command, "--help"])
     listed = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", capsys.readouterr().out))
     flags = {s.flag for s in settings(cls) if s.flag.startswith("--")}
-    extra = {"--help", "--config"} if command == "train" else {"--help"}
+    extra = {"--help"} if command == "demo" else {"--help", "--config"}
     assert listed == flags | extra
 
 
@@ -112,7 +112,7 @@ def _changed() -> TrainConfig:
 
 
 def _train(argv: list[str]) -> TrainConfig:
-    parser = build_parser().parse_args(["train"]).train_parser
+    parser = build_parser().parse_args(["train"]).command_parser
     return parse(TrainConfig, parser, argv, required=TrainConfig.REQUIRED_TOO)
 
 
@@ -126,6 +126,20 @@ def test_a_config_file_round_trips(tmp_path: Path, suffix: str) -> None:
     else:
         path.write_text("".join(f"{k} = {_toml(v)}\n" for k, v in values.items()))
     assert _train(["--config", str(path)]) == config
+
+
+@pytest.mark.parametrize(
+    ("command", "cls", "required"), [p for p in COMMANDS if p.id in ("serve", "rollout", "eval")]
+)
+def test_serve_rollout_and_eval_read_a_config_file_under_their_flags(
+    tmp_path: Path, command: str, cls: type[Any], required: dict[str, str]
+) -> None:
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump({**required, "engine": "scripted", "max-context": 512}))
+    parser = build_parser().parse_args(_argv(command, required)).command_parser
+    config = parse(cls, parser, ["--config", str(path), "--max-context", "640"])
+    expected = config_values(cls(**required)) | {"engine": "scripted", "max-context": 640}
+    assert config_values(config) == expected
 
 
 def _toml(value: Any) -> str:

@@ -54,5 +54,5 @@ def test_a_train_config_file_names_the_cluster(
     config = tmp_path / "run.yaml"
     config.write_text(f"agent: a.py:A\ndata: d\nmodel: m\nout: o\nray: {value}\n")
     args = build_parser().parse_args(["train"])
-    parsed = parse(TrainConfig, args.train_parser, ["--config", str(config)])
+    parsed = parse(TrainConfig, args.command_parser, ["--config", str(config)])
     assert parsed.ray.ray == address

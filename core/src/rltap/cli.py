@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rltap._lazy import require_module
 from rltap.config import (
@@ -34,6 +34,8 @@ from rltap.store.commands import add_export_command, add_inspect_command
 from rltap.view.commands import add_view_command
 
 __all__ = ["COMMANDS", "build_parser", "main"]
+
+T = TypeVar("T")
 
 _Subparsers = Any  # argparse's _SubParsersAction is private
 
@@ -94,8 +96,8 @@ def _add_serve_command(subparsers: _Subparsers) -> None:
         "token level. The admin key comes from --admin-key, else RLTAP_ADMIN_KEY, else it is "
         "generated and printed; a known or short key is refused beyond loopback.",
     )
-    add_arguments(serve, ServerConfig)
-    serve.set_defaults(handler=_serve)
+    add_arguments(serve, ServerConfig, config_file=True)
+    serve.set_defaults(handler=_serve, command_parser=serve)
 
 
 def _require_server(command: str) -> None:
@@ -108,11 +110,18 @@ def _require_server(command: str) -> None:
         raise SystemExit(str(exc)) from None
 
 
+def _parsed(cls: type[T], args: argparse.Namespace) -> T:
+    """The command's settings parsed again with its `--config` file's keys as the defaults of
+    the flags not given (precedence: command line, file, default)."""
+    required = getattr(cls, "REQUIRED_TOO", ())
+    return parse(cls, args.command_parser, args.argv[1:], required=required)
+
+
 def _serve(args: argparse.Namespace) -> int:
     _require_server("serve")
     from rltap.proxy import run_serve
 
-    return run_serve(from_namespace(ServerConfig, args))
+    return run_serve(_parsed(ServerConfig, args))
 
 
 def _add_rollout_command(subparsers: _Subparsers) -> None:
@@ -125,13 +134,13 @@ def _add_rollout_command(subparsers: _Subparsers) -> None:
         "unless --proxy is given. Writes trajectories.jsonl, batch.safetensors and summary.json "
         "to --out; running again with the same --out resumes.",
     )
-    add_arguments(rollout, RolloutConfig)
-    rollout.set_defaults(handler=_rollout)
+    add_arguments(rollout, RolloutConfig, config_file=True)
+    rollout.set_defaults(handler=_rollout, command_parser=rollout)
 
 
 def _rollout(args: argparse.Namespace) -> int:
     _require_server("rollout")
-    config = from_namespace(RolloutConfig, args)
+    config = _parsed(RolloutConfig, args)
     if config.ray.ray is not None:
         return rollout_command(config, ray_rollout)
     return rollout_command(config)
@@ -147,13 +156,13 @@ def _add_eval_command(subparsers: _Subparsers) -> None:
         "print the mean reward and pass@1 .. pass@K (a sample passes when its reward is >= "
         "--pass-threshold) and write eval.json beside the rollout's files in --out.",
     )
-    add_arguments(evaluate, EvalConfig)
-    evaluate.set_defaults(handler=_eval)
+    add_arguments(evaluate, EvalConfig, config_file=True)
+    evaluate.set_defaults(handler=_eval, command_parser=evaluate)
 
 
 def _eval(args: argparse.Namespace) -> int:
     _require_server("eval")
-    return eval_command(from_namespace(EvalConfig, args))
+    return eval_command(_parsed(EvalConfig, args))
 
 
 def _add_train_command(subparsers: _Subparsers) -> None:
@@ -168,16 +177,14 @@ def _add_train_command(subparsers: _Subparsers) -> None:
         "can also be a key in a YAML or TOML --config file.",
     )
     add_arguments(train, TrainConfig, config_file=True)
-    train.set_defaults(handler=_train, train_parser=train)
+    train.set_defaults(handler=_train, command_parser=train)
 
 
 def _train(args: argparse.Namespace) -> int:
     _require_server("train")
     from rltap.train.loop import train_command
 
-    # Parsed again: the --config file's keys are the defaults of the flags not given.
-    config = parse(TrainConfig, args.train_parser, args.argv[1:], required=TrainConfig.REQUIRED_TOO)
-    return train_command(config)
+    return train_command(_parsed(TrainConfig, args))
 
 
 def _add_demo_command(subparsers: _Subparsers) -> None:
