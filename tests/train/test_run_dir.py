@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -188,6 +189,11 @@ def test_resume_drops_what_came_after_the_checkpoint(tmp_path: Path, tiny_model:
     assert [row["step"] for row in resumed.metrics()] == [1, 2]
     assert sorted(path.name for path in (tmp_path / "rollouts").iterdir()) == ["step-1", "step-2"]
     assert resumed.last_checkpoint() == checkpoint
+    # TensorBoard orders a run's event files by name: the second they were opened, then the
+    # process and a per-process counter. A real restart is another process, seconds later; in
+    # this one process the same second would leave the order to that counter (".10" sorts
+    # before ".9"), so the resumed writer opens a second later, as a restart's would.
+    time.sleep(1.1)
     for step in (3, 4):
         resumed.log(step, step_metrics(step, offset=1.0))
     resumed.close()
