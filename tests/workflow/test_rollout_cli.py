@@ -183,13 +183,18 @@ async def test_rollout_writes_training_data_and_resumes_after_an_interruption(
         pytest.param(["--concurrency", "0"], id="concurrency-0"),
     ],
 )
-def test_rollout_refuses_nothing_to_run_at_once(tmp_path: Path, option: list[str]) -> None:
+def test_rollout_refuses_nothing_to_run_at_once(
+    tmp_path: Path, option: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     from rltap.cli import main
 
     data = _write_rows(tmp_path / "data.jsonl", ROWS)
     arguments = ["rollout", "agent.py:Agent", "--data", str(data), "--out", str(tmp_path / "out")]
-    with pytest.raises(SystemExit, match="--group-size and --concurrency must be at least 1"):
+    # A refused value is a usage error, as for every command's settings (flags or --config).
+    with pytest.raises(SystemExit) as exited:
         main([*arguments, "--proxy", "http://127.0.0.1:9", "--admin-key", "k", *option])
+    assert exited.value.code == 2
+    assert "--group-size and --concurrency must be at least 1" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
 
