@@ -17,7 +17,6 @@ with the same models for the OpenAPI document, never served.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -33,6 +32,7 @@ from rltap.json_body import parse_json
 from rltap.protocols import SPECS, ApiSpec
 from rltap.proxy.metrics import ProxyMetrics
 from rltap.proxy.middleware import STARTED
+from rltap.proxy.operations import documented_endpoint
 from rltap.proxy.requests import request_agent
 from rltap.proxy.routing import json_response, proxy_state, session_of
 from rltap.proxy.state import SessionRecord
@@ -101,24 +101,12 @@ def _endpoint(spec: ApiSpec) -> Callable[[Request], Awaitable[Response]]:
     return endpoint
 
 
-def _documented(spec: ApiSpec) -> Callable[..., Awaitable[Response]]:
-    """An endpoint whose signature declares `spec`'s body model, for FastAPI to document."""
-
-    async def endpoint(body: BaseModel) -> Response:
-        raise NotImplementedError  # never served: `ENDPOINTS` serve the path
-
-    signature = inspect.signature(endpoint)
-    body = signature.parameters["body"].replace(annotation=spec.request_model)
-    endpoint.__signature__ = signature.replace(parameters=[body])  # type: ignore[attr-defined]
-    return endpoint
-
-
 # (path, endpoint) of every route served, for `app.add_route(path, endpoint, methods=["POST"])`.
 ENDPOINTS = [(path, _endpoint(spec)) for spec in SPECS.values() for path in spec.paths]
 DOCUMENTED = [
     APIRoute(
         path,
-        _documented(spec),
+        documented_endpoint(body=spec.request_model),
         methods=["POST"],
         summary=spec.title,
         operation_id=f"{spec.name}{path.replace('/', '_')}",

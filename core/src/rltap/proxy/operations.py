@@ -15,18 +15,19 @@ the session's idle clock starts again when it is answered.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Annotated
 
 from fastapi import Body, Path, Query, Request, Response
 from fastapi.routing import APIRoute
+from pydantic import BaseModel
 
 from rltap.json_body import parse_json
 from rltap.protocols import SPECS, Operation
 from rltap.proxy.requests import request_agent
 from rltap.proxy.routing import json_response, proxy_state, session_of
 
-__all__ = ["DOCUMENTED", "ENDPOINTS"]
+__all__ = ["DOCUMENTED", "ENDPOINTS", "documented_endpoint"]
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 
@@ -54,27 +55,31 @@ def _endpoint(operation: Operation) -> Endpoint:
     return endpoint
 
 
-def _documented(operation: Operation) -> Callable[..., Awaitable[Response]]:
-    """An endpoint whose signature declares the operation's path, query and body, for FastAPI
-    to document."""
+def documented_endpoint(
+    *,
+    params: Sequence[str] = (),
+    query: type[BaseModel] | None = None,
+    body: type[BaseModel] | None = None,
+) -> Callable[..., Awaitable[Response]]:
+    """An endpoint whose signature declares these path parameters, query and body, for FastAPI
+    to document a route that plain handlers serve (`ENDPOINTS` here and in `generation`)."""
 
     async def endpoint() -> Response:
-        raise NotImplementedError  # never served: `ENDPOINTS` serve the path
+        raise NotImplementedError  # never served: the plain handler serves the path
 
     keyword = inspect.Parameter.KEYWORD_ONLY
     parameters = [
-        inspect.Parameter(name, keyword, annotation=Annotated[str, Path()])
-        for name in operation.params
+        inspect.Parameter(name, keyword, annotation=Annotated[str, Path()]) for name in params
     ]
-    if operation.query is not None:
-        query = Annotated[operation.query, Query()]  # type: ignore[name-defined]
-        parameters.append(inspect.Parameter("query", keyword, annotation=query))
-    if operation.body is not None:
-        body = Annotated[operation.body, Body()]  # type: ignore[name-defined]
+    if query is not None:
+        in_query = Annotated[query, Query()]  # type: ignore[valid-type]
+        parameters.append(inspect.Parameter("query", keyword, annotation=in_query))
+    if body is not None:
+        in_body = Annotated[body, Body()]  # type: ignore[valid-type]
         # A body with no required field may be left out (an empty body is `{}`).
-        required = any(f.is_required() for f in operation.body.model_fields.values())
+        required = any(f.is_required() for f in body.model_fields.values())
         default = inspect.Parameter.empty if required else None
-        parameters.append(inspect.Parameter("body", keyword, annotation=body, default=default))
+        parameters.append(inspect.Parameter("body", keyword, annotation=in_body, default=default))
     endpoint.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
     return endpoint
 
@@ -85,7 +90,7 @@ ENDPOINTS = [(op.path, _endpoint(op), op.method) for op in _OPERATIONS]
 DOCUMENTED = [
     APIRoute(
         op.path,
-        _documented(op),
+        documented_endpoint(params=op.params, query=op.query, body=op.body),
         methods=[op.method],
         summary=op.summary,
         response_class=Response,
