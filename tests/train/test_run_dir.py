@@ -207,6 +207,7 @@ def test_resume_drops_what_came_after_the_checkpoint(tmp_path: Path, tiny_model:
     # Resuming with no checkpoint starts over.
     again = RunDir(tmp_path)
     again.resume_from(None)
+    time.sleep(1.1)  # a later process's writer, as above
     again.log(1, step_metrics(1, offset=2.0))
     again.close()
     assert again.metrics() == [{"step": 1, **step_metrics(1, offset=2.0)}]
