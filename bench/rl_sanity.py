@@ -62,6 +62,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = {
     "langchain": ("examples/langchain_math", "langchain_core"),
     "openai_agents": ("examples/openai_agents_calculator", "agents"),
+    "camel": ("examples/camel_roleplay", "camel"),
 }
 TRAIN_MODULES = ("tensorboard", "matplotlib")
 

@@ -73,11 +73,26 @@ def final_answer_reward(answer: str, data: dict[str, Any]) -> float:
     return 1.0 if numbers and float(numbers[-1]) == float(data["answer"]) else 0.0
 
 
+FORMAT = re.compile(r"Final answer:\s*-?\d+(?:\.\d+)?")
+FORMAT_CREDIT = 0.2
+
+
+def shaped_reward(answer: str, data: dict[str, Any]) -> float:
+    """1.0 for the right answer; otherwise 0.2 when the tutor's reply still gives a 'Final
+    answer: <number>', else 0.0: a small model's tutor seldom ends on the right number, and a
+    group of zeros carries no signal. The credit stays below a right answer."""
+    if final_answer_reward(answer, data):
+        return 1.0
+    return FORMAT_CREDIT if FORMAT.search(answer) else 0.0
+
+
 class Agent(CamelAdapter):
     """The role play as an rltap agent: `run(data)` plays one row and returns its reward."""
 
+    reward = staticmethod(final_answer_reward)
+
     def __init__(self) -> None:
-        super().__init__(reward_fn=final_answer_reward)
+        super().__init__(reward_fn=type(self).reward)
 
     def episode(self, data: dict[str, Any], model: ProxyModel) -> str:
         # A plain def: RolePlaying(...) runs the task-specify agent synchronously, so the adapter
@@ -114,3 +129,10 @@ class Agent(CamelAdapter):
             if FINAL in answer or assistant.terminated or user.terminated:
                 break
         return answer
+
+
+class ShapedAgent(Agent):
+    """The role play rewarded by `shaped_reward`: what `rltap train --agents "Math Tutor"`
+    trains (docs/learning.md)."""
+
+    reward = staticmethod(shaped_reward)

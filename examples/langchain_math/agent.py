@@ -2,7 +2,8 @@
 
 The chain asks the model; when the model calls the calculator, the chain runs it and asks again
 with the result (one recorded interaction per model call, the second continuing the first).
-The reward is an exact match of the reply's last number against the row's answer.
+The reward is an exact match of the reply's last number against the row's answer (`Agent`);
+`ShapedAgent`, the one to train, adds partial credit for the answer's format (`shaped_reward`).
 
     rltap rollout examples/langchain_math/agent.py:Agent --data examples/langchain_math/data.jsonl
 """
@@ -87,9 +88,37 @@ def exact_match(result: Any, data: Any) -> float:
     return float(bool(numbers) and float(numbers[-1]) == float(data["answer"]))
 
 
+FORMAT = re.compile(r"final answer:\s*-?\d+(?:\.\d+)?", re.IGNORECASE)
+FORMAT_CREDIT = 0.2
+
+
+def shaped_reward(result: Any, data: Any) -> float:
+    """1.0 for the right answer; otherwise 0.2 when the reply still ends in the asked-for
+    'Final answer: <number>', else 0.0.
+
+    Why shaped: SmolLM2-135M-Instruct answers these sums right about one time in ten at
+    temperature 1, mostly inside long explanations; a group where every episode is wrong
+    would carry no signal under exact match. The format credit rewards the short, marked answer
+    the system prompt asks for, which is also where the right sums are; it stays below any
+    right answer, so the policy cannot prefer a well-formatted wrong one.
+    """
+    if exact_match(result, data):
+        return 1.0
+    return FORMAT_CREDIT if FORMAT.search(final_text(result)) else 0.0
+
+
 class Agent(LangChainAdapter):
     """The math chain as an rltap agent (`rltap rollout ...agent.py:Agent`)."""
 
+    reward = staticmethod(exact_match)
+
     def __init__(self, **options: Any) -> None:
         options.setdefault("chat_kwargs", {"temperature": 1.0, "max_tokens": 128})
-        super().__init__(build_math_chain, reward_fn=exact_match, **options)
+        super().__init__(build_math_chain, reward_fn=type(self).reward, **options)
+
+
+class ShapedAgent(Agent):
+    """The math chain rewarded by `shaped_reward`: what `rltap train` trains
+    (docs/learning.md; `--pass-threshold 1.0` still counts right answers only)."""
+
+    reward = staticmethod(shaped_reward)

@@ -47,6 +47,7 @@ __all__ = [
     "OpenAIProxyWorkflow",
     "RolloutWorkflow",
     "WorkflowError",
+    "load_object",
     "resolve_workflow",
 ]
 
@@ -301,8 +302,9 @@ def _is_tensor_dict(result: Any) -> bool:
     )
 
 
-def _load(spec: str) -> Any:
-    """`pkg.module:Name`, `pkg.module.Name` or `path/to/file.py:Name`."""
+def load_object(spec: str) -> Any:
+    """What `pkg.module:Name`, `pkg.module.Name` or `path/to/file.py:Name` names (a file is
+    loaded once, under a name of its own: what `resolve_workflow` and the tests use)."""
     if ":" in spec:
         module_name, _, attribute = spec.rpartition(":")
     else:
@@ -365,7 +367,7 @@ def resolve_workflow(
         raise WorkflowError(msg)
     kwargs = dict(workflow_kwargs or {})
     if isinstance(workflow, str):
-        workflow = _load(workflow)
+        workflow = load_object(workflow)
     if isinstance(workflow, type):
         if not (issubclass(workflow, RolloutWorkflow) or hasattr(workflow, "run")):
             msg = f"{workflow.__name__} is neither a RolloutWorkflow nor an agent with run()"

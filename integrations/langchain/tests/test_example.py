@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import json
 import pickle
+import sys
 from pathlib import Path
+from types import ModuleType
+
+import pytest
 
 from rltap.testing import RunningProxy
-from rltap.workflow import OpenAIProxyWorkflow, resolve_workflow
+from rltap.workflow import OpenAIProxyWorkflow, load_object, resolve_workflow
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "langchain_math"
 
@@ -37,3 +41,48 @@ async def test_math_chain_rewards_the_calculators_answer(proxy: RunningProxy) ->
 async def _key(proxy: RunningProxy) -> str:
     _, key = await proxy.start_session()
     return key
+
+
+@pytest.fixture(scope="module")
+def example() -> ModuleType:
+    # The module rltap loads the agent from (loaded once: the same module as the rollout's).
+    return sys.modules[load_object(f"{EXAMPLE / 'agent.py'}:Agent").__module__]
+
+
+@pytest.mark.parametrize(
+    ("reply", "reward"),
+    [
+        pytest.param("7 + 11 = 18.\nFinal answer: 18", 1.0, id="right"),
+        pytest.param("The sum is 18.", 1.0, id="right-unmarked"),
+        pytest.param("Final answer: 17", 0.2, id="wrong-marked"),
+        pytest.param("The sum is 17, I think.", 0.0, id="wrong-unmarked"),
+        pytest.param("Final answer: eighteen", 0.0, id="marker-without-number"),
+    ],
+)
+def test_shaped_reward_credits_the_format_below_a_right_answer(
+    example: ModuleType, reply: str, reward: float
+) -> None:
+    assert example.shaped_reward(reply, {"answer": "18"}) == reward
+
+
+async def test_shaped_agent_trains_on_the_shaped_reward(proxy: RunningProxy) -> None:
+    workflow = resolve_workflow(
+        f"{EXAMPLE / 'agent.py'}:ShapedAgent", proxy_addr=proxy.url, admin_key=proxy.admin_key
+    )
+    assert isinstance(workflow, OpenAIProxyWorkflow)
+    agent = pickle.loads(pickle.dumps(workflow.agent))
+    try:
+        # The script answers "Final answer: 5" after calculator(2+3): wrong for 12 + 7.
+        row = {"question": "What is 12 + 7?", "answer": "19"}
+        assert await agent.run(row, base_url=proxy.base_url, api_key=await _key(proxy)) == 0.2
+    finally:
+        await workflow.aclose()
+
+
+def test_the_training_and_held_out_splits_share_no_question() -> None:
+    def questions(split: str) -> set[str]:
+        lines = (EXAMPLE / f"{split}.jsonl").read_text().splitlines()
+        return {json.loads(line)["question"] for line in lines}
+
+    assert (len(questions("train")), len(questions("eval"))) == (48, 16)
+    assert not questions("train") & questions("eval")

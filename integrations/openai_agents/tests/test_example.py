@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
 import pickle
+import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
 from rltap.testing import RunningProxy
-from rltap.workflow import OpenAIProxyWorkflow, resolve_workflow
+from rltap.workflow import OpenAIProxyWorkflow, load_object, resolve_workflow
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "openai_agents_calculator"
 
@@ -49,12 +49,8 @@ def test_data_rows_have_a_question_and_an_answer() -> None:
 
 @pytest.fixture(scope="module")
 def example() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("openai_agents_calculator", EXAMPLE / "agent.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    # The module rltap loads the agent from (loaded once: the same module as the rollout's).
+    return sys.modules[load_object(f"{EXAMPLE / 'agent.py'}:Agent").__module__]
 
 
 @pytest.mark.parametrize(
@@ -91,3 +87,29 @@ def test_calculator_evaluates_arithmetic(
 def test_calculator_refuses_anything_but_arithmetic(example: ModuleType) -> None:
     with pytest.raises(ValueError, match="only numbers"):
         example._evaluate(ast.parse("__import__('os').getcwd()", mode="eval").body)
+
+
+async def test_shaped_reward_credits_the_format_of_a_wrong_answer(proxy: RunningProxy) -> None:
+    workflow = resolve_workflow(
+        f"{EXAMPLE / 'agent.py'}:ShapedAgent", proxy_addr=proxy.url, admin_key=proxy.admin_key
+    )
+    assert isinstance(workflow, OpenAIProxyWorkflow)
+    workflow.agent = pickle.loads(pickle.dumps(workflow.agent))
+    try:
+        # The script calls calculate("2+3") and answers "Final answer: 5": right for the row
+        # answering 5; for 7 * 6 a wrong expression and answer, in the asked-for format.
+        episodes = [await workflow.run_episode(row) for row in rows()[1:3]]
+    finally:
+        await workflow.aclose()
+    rewards = [list(e.interactions.values())[-1].reward for e in episodes if e.interactions]
+    assert rewards == pytest.approx([1.0, 0.2], abs=1e-7)  # stored as float32
+
+
+def test_the_training_and_held_out_splits_share_no_question() -> None:
+    def questions(split: str) -> set[str]:
+        lines = (EXAMPLE / f"{split}.jsonl").read_text().splitlines()
+        return {json.loads(line)["question"] for line in lines}
+
+    assert len(questions("train")) == 48
+    assert len(questions("eval")) == 16
+    assert not questions("train") & questions("eval")

@@ -1,0 +1,51 @@
+"""examples/camel_roleplay's rewards: exact on the tutor's final answer, or shaped (to train)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from rltap.workflow import load_object
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "camel_roleplay"
+
+
+@pytest.fixture(scope="module")
+def example() -> ModuleType:
+    # The module rltap loads the agent from (loaded once: the same module as the rollout's).
+    return sys.modules[load_object(f"{EXAMPLE / 'agent.py'}:Agent").__module__]
+
+
+@pytest.mark.parametrize(
+    ("answer", "exact", "shaped"),
+    [
+        pytest.param("7 + 11 = 18. Final answer: 18", 1.0, 1.0, id="right"),
+        pytest.param("She has 18 apples.", 1.0, 1.0, id="right-unmarked"),
+        pytest.param("Final answer: 17 apples", 0.0, 0.2, id="wrong-marked"),
+        pytest.param("Let us count them together.", 0.0, 0.0, id="no-answer"),
+    ],
+)
+def test_the_shaped_reward_credits_the_format_below_a_right_answer(
+    example: ModuleType, answer: str, exact: float, shaped: float
+) -> None:
+    row = {"task": "Ann has 7 apples and buys 11 more.", "answer": "18"}
+    assert example.final_answer_reward(answer, row) == exact
+    assert example.shaped_reward(answer, row) == shaped
+
+
+def test_shaped_agent_is_the_role_play_with_the_shaped_reward(example: ModuleType) -> None:
+    assert example.ShapedAgent().reward_fn is example.shaped_reward
+    assert example.Agent().reward_fn is example.final_answer_reward
+
+
+def test_the_word_problems_split_into_training_and_held_out_rows() -> None:
+    def tasks(split: str) -> set[str]:
+        lines = (EXAMPLE / f"{split}.jsonl").read_text().splitlines()
+        return {json.loads(line)["task"] for line in lines}
+
+    assert (len(tasks("train")), len(tasks("eval"))) == (48, 16)
+    assert not tasks("train") & tasks("eval")
