@@ -1,0 +1,211 @@
+"""Do framework agents learn through rltap? SmolLM2-135M-Instruct trained by `rltap train` behind
+the LangChain math chain, the Agents SDK calculator and the CAMEL role play, each on its
+arithmetic task, several seeds each; the held-out reward before and after.
+
+What it runs, per framework and seed: `rltap train examples/<example>/agent.py:ShapedAgent` on
+the example's `train.jsonl` (48 sums and differences, `examples/make_arithmetic_splits.py`),
+rewarded by its `shaped_reward` (1.0 for the right answer, partial credit for the format and,
+for the Agents SDK, the right tool call: each example's docstring says why), with
+`--eval-data eval.jsonl` (16 held-out rows, greedy, evaluated before step 1 and every
+`--eval-every` steps). CAMEL trains the tutor alone (`--agents "Math Tutor"`). The model is
+SmolLM2 as `make demo` converts it (`rltap.demo_model`), on the embedded transformers engine,
+fp32, one torch thread; each framework runs in its own venv (bench/rl_sanity.py's, made by the
+Makefile's target when missing).
+
+Printed: per run the held-out reward (shaped) and pass@1 (right answers only) before (step 0)
+and after (the last step), then per framework the means, the seeds' spread (the standard
+deviation of the after-minus-before differences) and the verdict the issue asks for: the mean
+gain is more than twice that spread and at least 2 of the seeds improved. One plot per framework,
+`docs/learning-<framework>.png` (`--plots`), of the held-out reward per step and seed.
+
+    .venv/bin/python bench/learn_frameworks.py [--frameworks langchain openai_agents camel]
+        [--seeds 0 1 2] [--steps 8] [--rows-per-step 4] [--group-size 4] [--lr 1e-4]
+        [--eval-every 4] [--eval-rows 16] [--out runs] [--plots docs] [--dry-run]
+
+A seed's run at the defaults takes 8 to 10 minutes on this 2-core machine (each step about a
+minute: half rollouts, half training; three greedy evaluations of 16 rows), so three seeds fit
+the 30 minutes a framework is given; CAMEL's episodes are three agents long and slower.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from rl_sanity import EXAMPLES, ROOT, framework_python, run_logged, smollm2_dir
+
+TRAINED_AGENTS = {"camel": ["--agents", "Math Tutor"]}
+
+
+@dataclass(slots=True)
+class Run:
+    framework: str
+    seed: int
+    metrics: list[dict[str, Any]]
+    seconds: float
+
+    def evaluations(self) -> list[dict[str, Any]]:
+        return [m for m in self.metrics if "eval_reward" in m]
+
+    @property
+    def before(self) -> dict[str, Any]:
+        return self.evaluations()[0]
+
+    @property
+    def after(self) -> dict[str, Any]:
+        return self.evaluations()[-1]
+
+    @property
+    def gain(self) -> float:
+        return float(self.after["eval_reward"] - self.before["eval_reward"])
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--frameworks", nargs="+", choices=sorted(EXAMPLES), default=None)
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--rows-per-step", type=int, default=4)
+    parser.add_argument("--group-size", type=int, default=4)
+    parser.add_argument("--lr", type=float, default=1e-4)
+    parser.add_argument("--eval-every", type=int, default=4)
+    parser.add_argument("--eval-rows", type=int, default=16, help="held-out rows evaluated")
+    parser.add_argument("--default-max-tokens", type=int, default=96)
+    parser.add_argument("--model", help="model folder (default: the cached SmolLM2 conversion)")
+    parser.add_argument("--out", default="runs", help="parent folder of the runs")
+    parser.add_argument("--plots", help="folder for learning-<framework>.png (e.g. docs)")
+    parser.add_argument("--dry-run", action="store_true", help="print the commands only")
+    args = parser.parse_args(argv)
+    args.frameworks = args.frameworks or ["langchain", "openai_agents", "camel"]
+    args.python = None  # rl_sanity's venv lookup: the framework's nox venv
+    return args
+
+
+def held_out(folder: Path, count: int, out: Path) -> Path:
+    """The first `count` rows of the example's eval.jsonl, in `out`."""
+    lines = (folder / "eval.jsonl").read_text(encoding="utf-8").splitlines()[:count]
+    out.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return out
+
+
+def train_command(args: argparse.Namespace, python: Path, framework: str, seed: int, out: Path,
+                  model: str, eval_rows: Path) -> list[str]:  # fmt: skip
+    folder = ROOT / EXAMPLES[framework][0]
+    return [
+        str(python), "-m", "rltap.cli", "train", f"{folder / 'agent.py'}:ShapedAgent",
+        "--data", str(folder / "train.jsonl"), "--eval-data", str(eval_rows),
+        "--eval-every", str(args.eval_every), "--out", str(out), "--steps", str(args.steps),
+        "--rows-per-step", str(args.rows_per_step), "--group-size", str(args.group_size),
+        "--lr", str(args.lr), "--seed", str(seed), "--save-every", str(args.steps),
+        "--engine", "transformers", "--model", model, "--num-threads", "1",
+        "--default-max-tokens", str(args.default_max_tokens), *TRAINED_AGENTS.get(framework, []),
+    ]  # fmt: skip
+
+
+def runs_table(runs: list[Run]) -> Table:
+    table = Table(title="learn_frameworks: held-out reward (shaped) and pass@1, greedy")
+    for column in ("framework", "seed", "before", "after", "gain", "pass@1 before", "after",
+                   "steps", "minutes"):  # fmt: skip
+        table.add_column(column, justify="right")
+    for r in runs:
+        table.add_row(
+            r.framework, str(r.seed), f"{r.before['eval_reward']:.3f}",
+            f"{r.after['eval_reward']:.3f}", f"{r.gain:+.3f}",
+            f"{r.before['eval_pass_at_1']:.3f}", f"{r.after['eval_pass_at_1']:.3f}",
+            str(r.after["step"]), f"{r.seconds / 60:.1f}",
+        )  # fmt: skip
+    return table
+
+
+def verdict_table(runs: list[Run]) -> Table:
+    table = Table(title="learn_frameworks: per framework (goal: gain > 2 x spread, 2 of 3 seeds)")
+    for column in ("framework", "before", "after", "mean gain", "spread", "seeds improved",
+                   "learns"):  # fmt: skip
+        table.add_column(column, justify="right")
+    for framework in dict.fromkeys(r.framework for r in runs):
+        mine = [r for r in runs if r.framework == framework]
+        gains = [r.gain for r in mine]
+        spread = statistics.pstdev(gains) if len(gains) > 1 else 0.0
+        improved = sum(g > 0 for g in gains)
+        mean = statistics.fmean(gains)
+        learns = mean > 2 * spread and mean > 0 and improved >= min(2, len(mine))
+        table.add_row(
+            framework, f"{statistics.fmean(r.before['eval_reward'] for r in mine):.3f}",
+            f"{statistics.fmean(r.after['eval_reward'] for r in mine):.3f}", f"{mean:+.3f}",
+            f"{spread:.3f}", f"{improved}/{len(mine)}", "yes" if learns else "no",
+        )  # fmt: skip
+    return table
+
+
+def plot(runs: list[Run], folder: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    for framework in dict.fromkeys(r.framework for r in runs):
+        figure, axes = plt.subplots(figsize=(6, 3.5))
+        for r in (r for r in runs if r.framework == framework):
+            points = r.evaluations()
+            axes.plot([m["step"] for m in points], [m["eval_reward"] for m in points],
+                      marker="o", label=f"seed {r.seed}")  # fmt: skip
+        axes.set(xlabel="step", ylabel="held-out reward (greedy)", ylim=(0, 1),
+                 title=f"{framework}: SmolLM2-135M-Instruct via rltap train")  # fmt: skip
+        axes.legend()
+        figure.tight_layout()
+        path = folder / f"learning-{framework}.png"
+        figure.savefig(path, dpi=100)
+        plt.close(figure)
+        written.append(path)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    console = Console(stderr=True)
+    model = smollm2_dir(args, console)
+    out = Path(args.out).resolve() / time.strftime("learn-frameworks-%Y%m%d-%H%M%S")
+    runs: list[Run] = []
+    for framework in args.frameworks:
+        args.framework = framework
+        python = framework_python(args, console)
+        for seed in args.seeds:
+            run_out = out / framework / f"seed-{seed}"
+            if not args.dry_run:
+                run_out.mkdir(parents=True)
+            rows = run_out / "eval-rows.jsonl"
+            if not args.dry_run:
+                held_out(ROOT / EXAMPLES[framework][0], args.eval_rows, rows)
+            console.print(f"[bold]{framework}, seed {seed}")
+            command = train_command(args, python, framework, seed, run_out / "train", model, rows)
+            seconds = run_logged(command, run_out / "train.log", console, dry_run=args.dry_run)
+            if args.dry_run:
+                continue
+            lines = (run_out / "train" / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+            runs.append(Run(framework, seed, [json.loads(line) for line in lines], seconds))
+            console.print(runs_table(runs[-1:]))
+    if args.dry_run:
+        return 0
+    shown = Console() if sys.stdout.isatty() else Console(width=160)
+    shown.print(runs_table(runs))
+    shown.print(verdict_table(runs))
+    if args.plots:
+        for path in plot(runs, Path(args.plots)):
+            shown.print(f"plot: {path}")
+    shown.print(f"files: {out} (each run's rltap train folder under <framework>/seed-N/train)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
