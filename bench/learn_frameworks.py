@@ -182,10 +182,9 @@ def main(argv: list[str] | None = None) -> int:
         python = framework_python(args, console)
         for seed in args.seeds:
             run_out = out / framework / f"seed-{seed}"
-            if not args.dry_run:
-                run_out.mkdir(parents=True)
             rows = run_out / "eval-rows.jsonl"
             if not args.dry_run:
+                run_out.mkdir(parents=True)
                 held_out(ROOT / EXAMPLES[framework][0], args.eval_rows, rows)
             console.print(f"[bold]{framework}, seed {seed}")
             command = train_command(args, python, framework, seed, run_out / "train", model, rows)

@@ -21,8 +21,18 @@ def rows() -> list[dict[str, str]]:
     return [json.loads(line) for line in (EXAMPLE / "data.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.parametrize("name", [pytest.param("Agent", id="chat"), "ResponsesAgent"])
-async def test_calculator_rewards_exact_answers(proxy: RunningProxy, name: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        pytest.param("Agent", [1.0, 0.0], id="chat"),
+        pytest.param("ResponsesAgent", [1.0, 0.0], id="ResponsesAgent"),
+        # ShapedAgent: the 7 * 6 row's wrong answer still earns the format credit.
+        pytest.param("ShapedAgent", [1.0, 0.2], id="ShapedAgent"),
+    ],
+)
+async def test_calculator_rewards_exact_answers(
+    proxy: RunningProxy, name: str, expected: list[float]
+) -> None:
     workflow = resolve_workflow(
         f"{EXAMPLE / 'agent.py'}:{name}", proxy_addr=proxy.url, admin_key=proxy.admin_key
     )
@@ -39,7 +49,7 @@ async def test_calculator_rewards_exact_answers(proxy: RunningProxy, name: str) 
         first, second = episode.interactions.values()
         assert second.parent is first
         rewards.append(second.reward)
-    assert rewards == [1.0, 0.0]
+    assert rewards == pytest.approx(expected, abs=1e-7)  # stored as float32
 
 
 def test_data_rows_have_a_question_and_an_answer() -> None:
@@ -87,22 +97,6 @@ def test_calculator_evaluates_arithmetic(
 def test_calculator_refuses_anything_but_arithmetic(example: ModuleType) -> None:
     with pytest.raises(ValueError, match="only numbers"):
         example._evaluate(ast.parse("__import__('os').getcwd()", mode="eval").body)
-
-
-async def test_shaped_reward_credits_the_format_of_a_wrong_answer(proxy: RunningProxy) -> None:
-    workflow = resolve_workflow(
-        f"{EXAMPLE / 'agent.py'}:ShapedAgent", proxy_addr=proxy.url, admin_key=proxy.admin_key
-    )
-    assert isinstance(workflow, OpenAIProxyWorkflow)
-    workflow.agent = pickle.loads(pickle.dumps(workflow.agent))
-    try:
-        # The script calls calculate("2+3") and answers "Final answer: 5": right for the row
-        # answering 5; for 7 * 6 a wrong expression and answer, in the asked-for format.
-        episodes = [await workflow.run_episode(row) for row in rows()[1:3]]
-    finally:
-        await workflow.aclose()
-    rewards = [list(e.interactions.values())[-1].reward for e in episodes if e.interactions]
-    assert rewards == pytest.approx([1.0, 0.2], abs=1e-7)  # stored as float32
 
 
 def test_the_training_and_held_out_splits_share_no_question() -> None:
