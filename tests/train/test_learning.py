@@ -14,7 +14,9 @@ import pytest
 from rltap.cli import main
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_toy"
-STEPS = 8
+# Most seeds reach 1.0 by step 5; concurrent episodes make a run's tokens differ in the last bits
+# from machine to machine, and CI saw a seed still taking off at step 8.
+STEPS = 12
 SEEDS = (0, 1, 2)
 
 
