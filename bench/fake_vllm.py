@@ -118,7 +118,7 @@ def dev_api(record: Path) -> Callable[[web.Request], Awaitable[web.Response]]:
 
 
 def _log(record: Path, line: dict[str, object]) -> None:
-    body = line["body"]
+    body = line.get("body")
     if line["path"] == "/collective_rpc" and isinstance(body, dict):
         folder = Path(body["kwargs"]["weights_path"])
         line["files"] = sorted(p.name for p in folder.iterdir())
