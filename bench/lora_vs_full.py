@@ -35,6 +35,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from rltap.engines.base import AdapterWeights, WeightFolder
 from rltap.record.pack import TreePack, pack_interactions
 from rltap.testing.packs import recorded_call
 
@@ -68,7 +69,7 @@ def smollm2_shaped() -> Any:
     config = LlamaConfig(
         vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
         num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192,
-        tie_word_embeddings=True, rms_norm_eps=1e-5, rope_theta=100000.0,
+        tie_word_embeddings=True, rms_norm_eps=1e-5,
     )  # fmt: skip
     torch.manual_seed(0)
     return LlamaForCausalLM(config)
@@ -110,7 +111,8 @@ def worker(rank: int, model_dir: str | None, steps: int) -> dict[str, Any]:
         assert metrics["tokens"] > 0
         times.append(time.perf_counter() - started)
     source = weight_source(model, state_dict=True, folder=Path("unused"))
-    tensors = source if rank == 0 else source.tensors  # type: ignore[union-attr]
+    assert not isinstance(source, WeightFolder)
+    tensors = source.tensors if isinstance(source, AdapterWeights) else source
     # Tied weights (SmolLM2's output layer is its embeddings) share one storage: counted once.
     unique = {t.data_ptr(): t.numel() * t.element_size() for t in tensors.values()}
     payload = sum(unique.values())
