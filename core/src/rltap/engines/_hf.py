@@ -8,6 +8,7 @@ also serves the proxy) never blocks on a forward pass.
 from __future__ import annotations
 
 import asyncio
+import copy
 import functools
 import inspect
 from collections.abc import Callable, Mapping, Sequence
@@ -17,21 +18,26 @@ from typing import Any, TypeVar
 
 import torch
 
-from rltap.engines.base import WeightSource
-from rltap.record.errors import EngineError
+from rltap._lazy import require_module
+from rltap.engines.base import AdapterWeights, WeightFolder, WeightSource
+from rltap.engines.lora import LORA_EXTRA, LORA_TENSOR
+from rltap.record.errors import EngineError, InvalidRequest
 
 __all__ = [
     "ModelHost",
     "ModelSource",
     "TokenizerSource",
+    "adapter_names",
     "cache_kwarg",
     "context_limit",
     "default_eos_ids",
+    "load_adapter",
     "load_weights",
     "read_weight_folder",
     "resolve_dtype",
     "state_of",
     "teacher_forced_logprobs",
+    "weight_loader",
 ]
 
 T = TypeVar("T")
@@ -255,9 +261,13 @@ def read_weight_folder(folder: Path) -> dict[str, torch.Tensor]:
 
 async def state_of(source: WeightSource) -> Mapping[str, torch.Tensor]:
     """`source` as a state dict: itself, or its folder's shards (written first if it says how,
-    read on a thread of their own, not the engine's worker)."""
+    read on a thread of their own, not the engine's worker). A LoRA adapter is no state dict
+    (`rltap.engines.lora.weight_loader` loads one)."""
     if isinstance(source, Mapping):
         return source
+    if isinstance(source, AdapterWeights):
+        msg = "a LoRA adapter is not a whole state dict: load it with load_adapter"
+        raise InvalidRequest(msg)
     return await asyncio.to_thread(read_weight_folder, await source.written())
 
 
@@ -291,3 +301,43 @@ def load_weights(model: Any, state: Mapping[str, torch.Tensor], *, partial: bool
     except RuntimeError as exc:  # a shape that differs from the engine's
         msg = f"cannot load weights: {exc}"
         raise EngineError(msg) from exc
+
+
+def adapter_names(model: Any) -> set[str]:
+    """The names of the adapter tensors injected into `model` (empty: none)."""
+    return {name for name in model.state_dict() if LORA_TENSOR in name}
+
+
+def load_adapter(model: Any, adapter: AdapterWeights) -> None:
+    """Copy `adapter` into `model` in place, injecting its layers first if `model` has none
+    (on the engine's worker thread). Every adapter tensor of the model must be given."""
+    own = adapter_names(model)
+    if not own:
+        peft = require_module("peft", LORA_EXTRA, "serving a LoRA adapter")
+        # A copy: peft keeps the config object on the model and may amend it.
+        peft.inject_adapter_in_model(copy.deepcopy(adapter.config), model)
+        own = adapter_names(model)
+    missing = sorted(own - adapter.tensors.keys())
+    if missing:
+        msg = (
+            f"the adapter lacks {len(missing)} of the engine's {len(own)} adapter tensors "
+            f"(first: {missing[:3]}): was it trained with other target modules?"
+        )
+        raise EngineError(msg)
+    load_weights(model, adapter.tensors, partial=True)
+
+
+async def weight_loader(source: WeightSource, *, partial: bool) -> Callable[[Any], None]:
+    """How an embedded engine loads `source` into its model (the function is called on its
+    worker thread); a `WeightFolder`'s shards are read here first, off that thread. See
+    `load_weights` for `partial`."""
+    if isinstance(source, AdapterWeights):
+        return lambda model: load_adapter(model, source)
+    if isinstance(source, WeightFolder) and source.adapter:
+        msg = (
+            "an embedded engine takes a LoRA adapter as AdapterWeights (rltap.engines.base: "
+            "its peft config and tensors), not as a saved adapter folder"
+        )
+        raise InvalidRequest(msg)
+    state = await state_of(source)
+    return lambda model: load_weights(model, state, partial=partial)

@@ -10,6 +10,8 @@ engine supplies the request body (`request_body`) and how one event becomes a ch
 shared disk). It checks the server can (`check_weight_reload`), has the folder written, then
 has the server load it (`reload_weights`), on a client of its own: a connection limit on the
 engine never holds a weight update up behind generations that a paused server does not answer.
+A LoRA adapter folder (`WeightFolder(adapter=True)`) goes to `load_adapter` instead, for an
+engine whose server serves adapters (`serves_adapters`).
 """
 
 from __future__ import annotations
@@ -110,6 +112,8 @@ class HTTPEngineBase(EngineBase):
     engine_name: ClassVar[str] = "engine"
     request_path: ClassVar[str]  # the route that generates, streamed or not
     takes_state_dict = False
+    # Whether `update_weights` takes a LoRA adapter folder (`WeightFolder(adapter=True)`).
+    serves_adapters: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -191,11 +195,20 @@ class HTTPEngineBase(EngineBase):
                 "WeightFolder (rltap.engines.base), not a state dict"
             )
             raise InvalidRequest(msg)
+        if source.adapter and not self.serves_adapters:
+            msg = (
+                f"the {self.engine_name} engine serves no LoRA adapter: train every weight "
+                "(--lora-rank 0), or serve with the transformers or vllm engine"
+            )
+            raise InvalidRequest(msg)
         client = self._client.detached()
         try:
-            await self.check_weight_reload(client)
-            folder = await source.written()
-            await self.reload_weights(client, folder, self.next_version(version))
+            if source.adapter:
+                await self.load_adapter(client, await source.written(), self.next_version(version))
+            else:
+                await self.check_weight_reload(client)
+                folder = await source.written()
+                await self.reload_weights(client, folder, self.next_version(version))
         finally:
             await client.close()
         return self._version
@@ -209,6 +222,12 @@ class HTTPEngineBase(EngineBase):
     async def reload_weights(self, client: EngineHTTPClient, folder: Path, version: int) -> None:
         """Have the server load the shards in `folder`; move the engine's version to `version`
         once the requests it will serve next generate with them."""
+
+    async def load_adapter(self, client: EngineHTTPClient, folder: Path, version: int) -> None:
+        """Have the server serve the base model with the peft LoRA adapter in `folder` from now
+        on; move the engine's version to `version` (an engine with `serves_adapters`)."""
+        msg = f"the {self.engine_name} engine serves no LoRA adapter"
+        raise InvalidRequest(msg)
 
     async def close(self) -> None:
         """Close the HTTP session. Requests in flight fail; the engine can be started again."""

@@ -6,6 +6,12 @@ generates with them. The weights are a `WeightSource`: a state dict of this proc
 engine running here copies in place, or a `WeightFolder` (a Hugging Face folder of safetensors
 shards), which a server engine has its server load. `takes_state_dict` says which one an engine
 wants, so a trainer saves to disk only for an engine that needs it.
+
+A LoRA trainer (`rltap train --lora-rank`) sends only its adapter: an `AdapterWeights` (the peft
+config and the adapter's tensors) to an engine in this process, which injects the same adapter
+into its model the first time and copies the tensors in place; a `WeightFolder` with
+`adapter=True` (peft's `save_pretrained` output) to a server engine, which loads it as a LoRA
+adapter (vLLM's `/v1/load_lora_adapter`).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = [
+    "AdapterWeights",
     "EngineBase",
     "InferenceEngine",
     "WeightFolder",
@@ -42,12 +49,16 @@ class WeightFolder:
     the folder is already written (by a trainer on a disk this machine shares). A server engine
     sends `path` resolved here; the server must read it (same machine or a shared disk).
 
+    `adapter`: the folder holds a peft LoRA adapter (`adapter_config.json` and
+    `adapter_model.safetensors`) for the base model the server serves, not a whole model.
+
     Usage:
         await engine.update_weights(WeightFolder(Path("RUN/sync"), save=write_model), version=3)
     """
 
     path: Path
     save: Callable[[Path], Awaitable[None]] | None = None
+    adapter: bool = False
 
     async def written(self) -> Path:
         """The absolute folder, after `save` (if any) wrote it."""
@@ -57,8 +68,21 @@ class WeightFolder:
         return path
 
 
-# A state dict (parameter name -> tensor), or a folder of saved weights.
-WeightSource: TypeAlias = "Mapping[str, torch.Tensor] | WeightFolder"
+@dataclass(frozen=True, slots=True)
+class AdapterWeights:
+    """A LoRA adapter for an engine in this process: `config` is the trainer's peft
+    `LoraConfig` (its `target_modules` resolved), `tensors` the adapter's tensors named as in
+    the base model once peft injected the adapter (`model.layers.0.self_attn.q_proj.lora_A.
+    default.weight`). The engine injects the same adapter into its model on the first update
+    (`peft.inject_adapter_in_model`) and then copies `tensors` in place; its base weights stay.
+    """
+
+    config: Any
+    tensors: Mapping[str, torch.Tensor]
+
+
+# A state dict (parameter name -> tensor), a folder of saved weights, or a LoRA adapter.
+WeightSource: TypeAlias = "Mapping[str, torch.Tensor] | WeightFolder | AdapterWeights"
 
 
 @runtime_checkable

@@ -32,9 +32,8 @@ from rltap.engines._hf import (
     ModelSource,
     TokenizerSource,
     context_limit,
-    load_weights,
-    state_of,
     teacher_forced_logprobs,
+    weight_loader,
 )
 from rltap.engines._sampling import StopCriteria
 from rltap.engines.base import EngineBase, WeightSource
@@ -250,16 +249,17 @@ class ScriptedEngine(EngineBase):
     async def update_weights(
         self, source: WeightSource, *, version: int | None = None, partial: bool = False
     ) -> int:
-        """Copy `source`'s weights (a state dict, or a `WeightFolder` of safetensors shards)
-        into the scoring model in place; replies scored from then on carry the new version
-        (`version`, or the current one plus one), which is returned. Every weight must be in
-        `source` unless `partial`."""
+        """Copy `source`'s weights (a state dict, a `WeightFolder` of safetensors shards or a
+        LoRA adapter, as `TransformersEngine.update_weights` takes them) into the scoring
+        model in place; replies scored from then on carry the new version (`version`, or the
+        current one plus one), which is returned. Every weight must be in `source` unless
+        `partial`."""
         await self.start()
-        state = await state_of(source)
+        loader = await weight_loader(source, partial=partial)
         new_version = self.next_version(version)
 
         def load() -> None:
-            load_weights(self._host.model, state, partial=partial)
+            loader(self._host.model)
             self._version = new_version
 
         await self._host.run(load)

@@ -33,8 +33,7 @@ from rltap.engines._hf import (
     cache_kwarg,
     context_limit,
     default_eos_ids,
-    load_weights,
-    state_of,
+    weight_loader,
 )
 from rltap.engines._prefill import admit
 from rltap.engines._sampling import MaskWorker, RowSampler, StopCriteria, sample_rows
@@ -301,17 +300,20 @@ class TransformersEngine(EngineBase):
         the new version (`version`, or the current one plus one).
 
         `source` is a state dict (a trainer in this process, or one Ray resolved from its
-        object store) or a `WeightFolder` of safetensors shards. Every weight must be in it
-        unless `partial`. Requests in flight keep going: tokens after the update carry the
+        object store), a `WeightFolder` of safetensors shards, or a LoRA adapter
+        (`AdapterWeights`: injected into the model on the first update, then only its tensors
+        are copied; see `rltap.engines.lora`). Every weight must be in it unless `partial`.
+        Requests in flight keep going: tokens after the update carry the
         new version, and with `recompute_cache` their KV cache is rebuilt with the new weights
         (prompt and output so far are prefilled again), so one reply may hold tokens of two
         versions, each recorded as what produced it.
         """
         await self.start()
         assert self._step_lock is not None
-        state = await state_of(source)  # before the lock: reading shards holds up no step
+        # Before the lock: reading shards holds up no step.
+        load = await weight_loader(source, partial=partial)
         async with self._step_lock:
-            await self._host.run(load_weights, self._host.model, state, partial=partial)
+            await self._host.run(load, self._host.model)
             self._version = self.next_version(version)
             if recompute_cache:
                 rows = [slot for slot in self._batch.rows if not slot.finished]

@@ -35,13 +35,30 @@ rltap's version moves just before the resume, because the held requests start th
 resumes and their first tokens must carry the new version; the requests that finished under
 `wait` had been answered before `/pause` returned. If a step after the pause fails, vLLM stays
 paused (its weights may be half loaded) and the error says so.
+
+`update_weights(WeightFolder(..., adapter=True))` serves a LoRA adapter (`rltap train
+--lora-rank`) instead, through vLLM's runtime LoRA API, which a server started with
+`--enable-lora --max-lora-rank N` (N at least the adapter's rank) and
+`VLLM_ALLOW_RUNTIME_LORA_UPDATING=True` in its environment exposes: `POST /v1/load_lora_adapter`
+loads the folder under a name of its own per version (`rltap-lora-<engine id>-v<version>`),
+and requests sent from then on name that adapter as their `model`. The weights a request
+generates with are fixed when vLLM admits it, so a new name per version (not `load_inplace`,
+which swaps an adapter under the requests using it) lets the requests in flight finish on the
+old adapter, each token stamped with the version of the adapter its request named, with no
+pause and no development API; the base weights are never reloaded. The adapter two versions
+back is unloaded (`POST /v1/unload_lora_adapter`); the one before stays for requests sent just
+before the switch. Each version needs a folder of its own, as vLLM may read an adapter from
+disk again (`rltap.train.sync` writes `adapter-v<N>/`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import logging
+import secrets
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +82,15 @@ __all__ = ["VLLMEngine", "completion_body"]
 _ENGINE = "vLLM"
 _COMPLETIONS = "/v1/completions"
 _DEV_MODE = "VLLM_SERVER_DEV_MODE=1"
+_LORA_SERVER = (
+    "start the server with --enable-lora --max-lora-rank N (N at least the adapter's rank) "
+    "and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True in its environment"
+)
+# Adapters kept loaded: the one served and the one before it (requests sent just before a
+# switch may still name it).
+_ADAPTERS_KEPT = 2
+
+logger = logging.getLogger(__name__)
 
 
 def completion_body(request: ModelRequest, model: str | None, *, stream: bool) -> dict[str, Any]:
@@ -174,6 +200,7 @@ class VLLMEngine(HTTPEngineBase):
 
     engine_name = _ENGINE
     request_path = _COMPLETIONS
+    serves_adapters = True
 
     def __init__(
         self,
@@ -198,6 +225,10 @@ class VLLMEngine(HTTPEngineBase):
             max_connections=max_connections,
         )
         self.model = model
+        # The LoRA adapter requests name (with the version its tokens are), None: the model.
+        self.adapter: tuple[str, int] | None = None
+        self._adapters: deque[str] = deque()
+        self._adapter_prefix = f"rltap-lora-{secrets.token_hex(4)}"
 
     async def start(self) -> None:
         """Open the session and discover the served model name if none was given."""
@@ -213,13 +244,20 @@ class VLLMEngine(HTTPEngineBase):
             raise EngineError(msg) from exc
 
     def request_body(self, request: ModelRequest, *, stream: bool) -> dict[str, Any]:
-        return completion_body(request, self.model, stream=stream)
+        model = self.model if self.adapter is None else self.adapter[0]
+        return completion_body(request, model, stream=stream)
+
+    def _versions(self, n: int, adapter: tuple[str, int] | None) -> list[int]:
+        """The versions of `n` tokens of a request sent with `adapter`: the adapter's own (its
+        weights are fixed for the request), else the engine's now (a reload pauses vLLM)."""
+        return [self._version if adapter is None else adapter[1]] * n
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
         """Generate `request` in one non-streamed call."""
         await self.start()
         started = time.perf_counter()
         body = self.request_body(request, stream=False)
+        adapter = self.adapter
         data: Any = None
         entry = self._inflight.add(request.request_id, cancel_task=True)
         try:
@@ -239,7 +277,7 @@ class VLLMEngine(HTTPEngineBase):
             input_tokens=list(request.input_ids),
             output_tokens=token_ids,
             output_logprobs=logprobs,
-            output_versions=[self._version] * len(token_ids),
+            output_versions=self._versions(len(token_ids), adapter),
             stop_reason=_stop_reason(str(choice.get("finish_reason") or "stop")),
             logprob_convention=self.logprob_convention,
             constrained=request.constraint is not None,
@@ -247,9 +285,11 @@ class VLLMEngine(HTTPEngineBase):
         )
 
     def event_reader(self, request: ModelRequest) -> EventReader:
-        return functools.partial(self._chunk, request)
+        return functools.partial(self._chunk, request, self.adapter)
 
-    def _chunk(self, request: ModelRequest, payload: bytes) -> TokenChunk | None:
+    def _chunk(
+        self, request: ModelRequest, adapter: tuple[str, int] | None, payload: bytes
+    ) -> TokenChunk | None:
         try:
             data = orjson.loads(payload)
         except orjson.JSONDecodeError as exc:
@@ -266,7 +306,7 @@ class VLLMEngine(HTTPEngineBase):
         return TokenChunk(
             token_ids=token_ids,
             logprobs=logprobs,
-            versions=[self._version] * len(token_ids),
+            versions=self._versions(len(token_ids), adapter),
             stop_reason=None if finish_reason is None else _stop_reason(str(finish_reason)),
         )
 
@@ -298,6 +338,34 @@ class VLLMEngine(HTTPEngineBase):
             raise EngineError(msg)
         await _dev_call(client, "POST", "/update_weight_version", {"new_version": str(version)})
         self._version = version
+
+    async def load_adapter(self, client: EngineHTTPClient, folder: Path, version: int) -> None:
+        """Load the adapter in `folder` under this version's name; requests sent from now on
+        name it (module docstring)."""
+        await self.start()
+        name = f"{self._adapter_prefix}-v{version}"
+        await _lora_call(client, "/v1/load_lora_adapter", name, {"lora_path": str(folder)})
+        self.adapter = (name, version)
+        self._version = version
+        self._adapters.append(name)
+        while len(self._adapters) > _ADAPTERS_KEPT:
+            old = self._adapters.popleft()
+            try:
+                await _lora_call(client, "/v1/unload_lora_adapter", old, {})
+            except EngineError as exc:  # the new adapter serves: a leftover one costs memory
+                logger.warning("vLLM did not unload the LoRA adapter %s: %s", old, exc.message)
+
+
+async def _lora_call(client: EngineHTTPClient, path: str, name: str, body: dict[str, Any]) -> None:
+    """One call of vLLM's runtime LoRA API; its errors say how the server must be started."""
+    reply = await client.request("POST", path, {"lora_name": name, **body})
+    if reply.status == 404 and path.startswith("/v1/load"):
+        msg = f"vLLM at {client.base_url} has no {path} route: {_LORA_SERVER}"
+        raise EngineError(msg)
+    if reply.status >= 400:
+        error = error_for_status(client.engine, reply.status, reply.payload)
+        msg = f"{error.message} (LoRA adapter {name}; {_LORA_SERVER})"
+        raise EngineError(msg, is_retryable=error.is_retryable) from error
 
 
 async def _dev_call(

@@ -24,6 +24,10 @@ decode steps; see `rltap.train.sync`): their tokens are at most one version old 
 Running again on the same RUN resumes after its last checkpoint: the trainer's weights and
 AdamW state are loaded, the engine gets those weights and their version, and metrics and
 rollouts of later steps (a step cut short) are dropped and run again.
+
+With `--lora-rank N` the trainer trains a LoRA adapter on the frozen --model
+(`rltap.train.lora`), the sync moves only the adapter into the engine (`rltap.train.sync`),
+and each checkpoint is the adapter folder (resuming loads it onto --model again).
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ from rltap.rollout import BATCH, RolloutSummary, load_rows, run_rollout
 from rltap.rollout_io import load_trajectories
 from rltap.store.schema import STORE_FILE
 from rltap.train.config import train_settings
+from rltap.train.lora import LoraMismatch, is_adapter_folder, lora_model
 from rltap.train.run_dir import Checkpoint, RunDir
 from rltap.train.sync import WeightSync, weight_sync
 from rltap.train.trainer import PolicyTrainer
@@ -256,10 +261,23 @@ async def run_training(config: TrainConfig, console: Console) -> TrainSummary:
 def _trainer(config: TrainConfig, checkpoint: Checkpoint | None, run: RunDir) -> PolicyTrainer:
     from transformers import AutoModelForCausalLM
 
-    source = str(checkpoint.path) if checkpoint else config.model
-    model: Any = AutoModelForCausalLM.from_pretrained(source, dtype="float32")
+    lora = config.lora
+    if checkpoint is not None and is_adapter_folder(checkpoint.path) != lora.enabled:
+        kind = "a LoRA adapter" if lora.enabled else "a whole model"
+        msg = f"{run.path} was not trained as {kind}: resume it with the --lora-rank it had"
+        raise TrainingFailed(msg)
+    if lora.enabled:  # the base model, with a new adapter or the checkpoint's
+        base: Any = AutoModelForCausalLM.from_pretrained(config.model, dtype="float32")
+        resumed = checkpoint.path if checkpoint else None
+        try:
+            model = lora_model(base, lora, base=config.model, checkpoint=resumed)
+        except LoraMismatch as exc:
+            raise TrainingFailed(str(exc)) from exc
+    else:
+        source = str(checkpoint.path) if checkpoint else config.model
+        model = AutoModelForCausalLM.from_pretrained(source, dtype="float32")
     reference: Any = None
-    if config.update.kl_coef > 0:  # a frozen copy of the initial weights
+    if config.update.kl_coef > 0 and not lora.enabled:  # a frozen copy of the initial weights
         reference = AutoModelForCausalLM.from_pretrained(config.model, dtype="float32")
         reference.eval().requires_grad_(False)
     trainer = PolicyTrainer(model, train_settings(config), reference=reference)

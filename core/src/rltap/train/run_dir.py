@@ -17,7 +17,12 @@ Layout:
   after update N (`rltap.evaluate`'s files); `sync/`: weights on their way to an engine.
 - `step-N/`: the checkpoint after update N, a Hugging Face model folder (`from_pretrained` loads
   it) with the tokenizer, `optimizer.pt` (the optimizer's `state_dict`) and `run_state.json` (the
-  loop's own state). It is written as `.step-N.partial/` and renamed when complete, so a run killed
+  loop's own state). A LoRA run's (`--lora-rank`) holds peft's adapter folder instead of the
+  model (`adapter_config.json`, naming the base model by its absolute path, and
+  `adapter_model.safetensors`) and the base model's `generation_config.json`: transformers'
+  `from_pretrained` loads it as the base model with the adapter (peft installed), so
+  `rltap eval --model RUN/step-N` works as for a full run.
+  It is written as `.step-N.partial/` and renamed when complete, so a run killed
   mid-save leaves the previous checkpoint as the last one and a `.partial` folder that
   `last_checkpoint` ignores and removes.
 
@@ -256,8 +261,9 @@ class RunDir:
         optimizer: torch.optim.Optimizer,
         state: Mapping[str, Any],
     ) -> Checkpoint:
-        """Write `RUN/step-N/`: the model (`save_pretrained`, safetensors), the tokenizer, the
-        optimizer's state_dict and `state` as JSON; it appears whole or not at all."""
+        """Write `RUN/step-N/`: the model (`save_pretrained`, safetensors; a peft model's adapter
+        and its base model's generation config), the tokenizer, the optimizer's state_dict and
+        `state` as JSON; it appears whole or not at all."""
 
         # A state that is not JSON fails here, before anything is written.
         state_json = json.dumps(dict(state), indent=2)
@@ -266,6 +272,10 @@ class RunDir:
         partial.mkdir()
         try:
             model.save_pretrained(partial)
+            generation = getattr(model, "generation_config", None)
+            if (partial / "adapter_config.json").exists() and generation is not None:
+                # peft writes the adapter only: the base model's stop tokens go along.
+                generation.save_pretrained(partial)
             tokenizer.save_pretrained(partial)
             torch.save(optimizer.state_dict(), partial / OPTIMIZER)
             (partial / RUN_STATE).write_text(state_json, encoding="utf-8")

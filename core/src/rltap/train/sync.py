@@ -8,6 +8,11 @@ model's state dict and copies it in place, no disk round trip. A server engine (
 gets a `WeightFolder`: the model is saved there with `save_pretrained` (safetensors), once the
 engine has checked that its server can load weights, and the server loads it. The folder must
 be readable by the server (same machine or a shared disk); each push overwrites it.
+
+A LoRA trainer (a peft model, `rltap train --lora-rank`) moves only its adapter: an engine in
+this process gets an `AdapterWeights` (the peft config and the adapter's tensors), a server
+engine a `WeightFolder(adapter=True)` of peft's `save_pretrained` in `folder/adapter-v<N>/`
+(`rltap.engines.lora`); the base weights never move.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from rltap.engines.base import WeightFolder, WeightSource, save_weights
+from rltap.engines.lora import adapter_folder, adapter_of, is_peft_model
 
 if TYPE_CHECKING:
     import torch
@@ -41,9 +47,15 @@ def weight_sync(engine: InferenceEngine, folder: Path) -> WeightSync:
     return _EngineSync(engine, folder)
 
 
-def weight_source(model: torch.nn.Module, *, state_dict: bool, folder: Path) -> WeightSource:
+def weight_source(
+    model: torch.nn.Module, *, state_dict: bool, folder: Path, version: int = 0
+) -> WeightSource:
     """`model`'s weights as an engine takes them: its state dict, or a `WeightFolder` that
-    saves it into `folder` when the engine asks."""
+    saves it into `folder` when the engine asks; a peft model's adapter alone (`version`
+    names its folder)."""
+    if is_peft_model(model):
+        adapter = adapter_of(model) if state_dict else None
+        return adapter if adapter is not None else adapter_folder(model, folder, version)
     if state_dict:
         return model.state_dict()
     return WeightFolder(Path(folder), save=functools.partial(save_weights, model))
@@ -55,5 +67,6 @@ class _EngineSync:
         self.folder = Path(folder)
 
     async def push(self, model: torch.nn.Module, version: int) -> None:
-        source = weight_source(model, state_dict=self.engine.takes_state_dict, folder=self.folder)
+        state_dict = self.engine.takes_state_dict
+        source = weight_source(model, state_dict=state_dict, folder=self.folder, version=version)
         await self.engine.update_weights(source, version=version)

@@ -17,6 +17,10 @@
 
 The trainer only trains; pushing the weights to the engine and bumping the version is the
 loop's (`rltap.train.loop`).
+
+A LoRA model (a peft model, `rltap.train.lora`) trains the same way: AdamW and the gradient
+clipping see only the parameters that require gradients (the adapter's), and the KL
+reference, when no reference model is given, is the model itself with its adapter disabled.
 """
 
 from __future__ import annotations
@@ -29,10 +33,12 @@ import numpy as np
 import torch
 
 from rltap.config.train import LoopConfig, UpdateConfig
+from rltap.engines.lora import is_peft_model
 from rltap.record.pack import TreePack
 from rltap.train.advantages import Normalisation, assign_advantages, trainable_tokens
 from rltap.train.batches import micro_batches
 from rltap.train.forward import Attention, packed_token_stats
+from rltap.train.lora import trainable
 from rltap.train.loss import LossSettings, LossSums, policy_loss
 
 __all__ = ["PolicyTrainer", "TrainSettings"]
@@ -67,22 +73,25 @@ class _Work:
 
 
 class PolicyTrainer:
-    """AdamW on a Hugging Face causal LM, one `step` per batch of tree packs.
+    """AdamW on a Hugging Face causal LM (or a peft LoRA model of one), one `step` per batch of
+    tree packs; only the parameters that require gradients train.
 
     `reference` (a frozen copy of the initial model) is needed for a KL penalty
-    (`settings.loss.kl_coef > 0`)."""
+    (`settings.loss.kl_coef > 0`), except for a LoRA model: its base model is the reference."""
 
     def __init__(
         self, model: Any, settings: TrainSettings, *, reference: Any | None = None
     ) -> None:
-        if settings.loss.kl_coef > 0 and reference is None:
+        self.lora = is_peft_model(model)
+        if settings.loss.kl_coef > 0 and reference is None and not self.lora:
             msg = "a KL penalty (kl_coef > 0) needs the reference model"
             raise ValueError(msg)
         self.model = model
         self.settings = settings
         self.reference = reference
+        self.parameters = trainable(model)
         self.optimizer = torch.optim.AdamW(
-            model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay
+            self.parameters, lr=settings.lr, weight_decay=settings.weight_decay
         )
 
     def step(self, packs: Sequence[TreePack], version: int) -> dict[str, float]:
@@ -106,7 +115,7 @@ class PolicyTrainer:
                 sums = self._loss(w)
                 torch.autograd.backward(sums.loss / tokens)
                 _accumulate(totals, sums)
-            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), s.max_grad_norm)
+            norm = torch.nn.utils.clip_grad_norm_(self.parameters, s.max_grad_norm)
             norms.append(float(norm))
             self.optimizer.step()
         self.model.eval()
@@ -126,10 +135,16 @@ class PolicyTrainer:
                         torch.as_tensor(pack.advantages[tokens], dtype=torch.float32),
                     )
                 )
-        if self.reference is not None:
+        if self.reference is not None or (self.lora and self.settings.loss.kl_coef > 0):
             for w in work:
-                w.reference = self._logprobs(self.reference, w)
+                w.reference = self._reference_logprobs(w)
         return work, stale
+
+    def _reference_logprobs(self, w: _Work) -> torch.Tensor:
+        if self.reference is not None:
+            return self._logprobs(self.reference, w)
+        with self.model.disable_adapter():  # a LoRA model's base model: the initial weights
+            return self._logprobs(self.model, w)
 
     def _fill_proximal(self, work: list[_Work]) -> None:
         self.model.eval()
