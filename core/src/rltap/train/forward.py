@@ -101,7 +101,7 @@ def _entropy(logp: torch.Tensor, rows: int = 64) -> torch.Tensor:
     few rows at a time: no `[tokens, vocab]` temporaries kept for a backward that never comes
     (two of them, 230 MB each for 384 parents on a 150k vocabulary)."""
     with torch.no_grad():
-        parts = [-(part.exp() * part).sum(-1) for part in logp.detach().split(rows)]
+        parts = [-(part.exp() * part).sum(-1) for part in torch.split(logp.detach(), rows)]
     return torch.cat(parts) if parts else logp.new_zeros(0)
 
 
