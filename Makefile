@@ -95,10 +95,18 @@ demo-venvs: $(DEMO_VENVS)
 bench: $(STAMP)
 	$(BIN)/python bench/cache_scaling.py --check
 
+## .venv-trl: TRL (bench/trl-requirements.txt) in a venv of its own for bench/trl_compare.py, the
+## CPU torch wheel as everywhere
+TRL_VENV := .venv-trl
+$(TRL_VENV)/.stamp: $(STAMP) constraints.txt bench/trl-requirements.txt
+	test -x $(TRL_VENV)/bin/python || $(PYTHON) -m venv $(TRL_VENV)
+	$(BIN)/uv pip install --python $(TRL_VENV)/bin/python -q -c constraints.txt $(TORCH_CPU) -r bench/trl-requirements.txt
+	touch $@
+
 ## soak: 10,000 sequential session lifecycles through one proxy process; memory per 1,000 printed
 .PHONY: soak
 soak: $(STAMP)
 	$(BIN)/python bench/soak.py soak --sessions 10000
 
 clean:
-	rm -rf $(VENV) .nox .venv-vllm .venv-notorch .venv-slim .matrix
+	rm -rf $(VENV) .nox .venv-vllm .venv-notorch .venv-slim .venv-trl .matrix

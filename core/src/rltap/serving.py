@@ -30,10 +30,13 @@ class Serving:
 
 
 @contextlib.asynccontextmanager
-async def local_proxy(config: ServeConfig) -> AsyncIterator[Serving]:
-    """The engine of `config` behind a proxy on this event loop (a fresh admin key)."""
+async def local_proxy(
+    config: ServeConfig, *, engine: InferenceEngine | None = None
+) -> AsyncIterator[Serving]:
+    """The engine of `config` (or `engine`, built by the caller) behind a proxy on this event
+    loop (a fresh admin key)."""
     admin_key = secrets.token_urlsafe(24)
-    setup = serve_config(config, admin_key)
+    setup = serve_config(config, admin_key, engine=engine)
     pad = setup.renderer.tokenizer.pad_token_id or 0
     async with ProxyServer(create_app(setup.engine, setup.renderer, setup.config)) as server:
         yield Serving(setup.engine, server.url, admin_key, int(pad))
@@ -63,11 +66,11 @@ def agent_workflow(config: RolloutConfig, proxy_url: str, admin_key: str) -> Ope
 
 @contextlib.asynccontextmanager
 async def local_workflow(
-    config: RolloutConfig,
+    config: RolloutConfig, *, engine: InferenceEngine | None = None
 ) -> AsyncIterator[tuple[Serving, OpenAIProxyWorkflow]]:
-    """`local_proxy` and the config's agent against it; the workflow is closed first at the
-    end."""
-    async with local_proxy(config.serve) as serving:
+    """`local_proxy` (on `engine`, when given) and the config's agent against it; the workflow
+    is closed first at the end."""
+    async with local_proxy(config.serve, engine=engine) as serving:
         workflow = agent_workflow(config, serving.url, serving.admin_key)
         async with contextlib.aclosing(workflow):
             yield serving, workflow

@@ -21,7 +21,15 @@ import torch
 from rltap.engines._batcher import KVBatch
 from rltap.engines._slots import Slot
 
-__all__ = ["PrefillGroup", "admit", "plan_prefill", "prefill"]
+__all__ = ["PrefillGroup", "admit", "check_sizes", "plan_prefill", "prefill"]
+
+
+def check_sizes(**sizes: int) -> None:
+    """Refuse a batch size or prefill budget below 1 (ValueError naming it)."""
+    for name, value in sizes.items():
+        if value < 1:
+            msg = f"{name} must be >= 1, got {value}"
+            raise ValueError(msg)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any
 
 import torch
@@ -35,7 +35,7 @@ from rltap.engines._hf import (
     default_eos_ids,
     weight_loader,
 )
-from rltap.engines._prefill import admit
+from rltap.engines._prefill import admit, check_sizes
 from rltap.engines._sampling import MaskWorker, RowSampler, StopCriteria, sample_rows
 from rltap.engines._slots import Emission, Slot, abort_chunk, merge_chunks
 from rltap.engines.base import EngineBase, WeightSource
@@ -100,14 +100,8 @@ class TransformersEngine(EngineBase):
         version: int = 0,
     ) -> None:
         prefill_rows = max_batch_size if prefill_batch_size is None else prefill_batch_size
-        for name, value in (
-            ("max_batch_size", max_batch_size),
-            ("prefill_batch_size", prefill_rows),
-            ("max_prefill_tokens", max_prefill_tokens),
-        ):
-            if value < 1:
-                msg = f"{name} must be >= 1, got {value}"
-                raise ValueError(msg)
+        check_sizes(max_batch_size=max_batch_size, prefill_batch_size=prefill_rows,
+                    max_prefill_tokens=max_prefill_tokens)  # fmt: skip
         super().__init__(version=version)
         self._host = ModelHost(
             model,
@@ -320,6 +314,14 @@ class TransformersEngine(EngineBase):
                 self._batch.reset()
                 self._pending.extendleft(reversed(rows))
         return self._version
+
+    @contextlib.asynccontextmanager
+    async def paused(self) -> AsyncIterator[None]:
+        """No decode step runs inside: a trainer updates the model this engine generates with."""
+        await self.start()
+        assert self._step_lock is not None
+        async with self._step_lock:
+            yield
 
     # -- the decode loop ---------------------------------------------------------------------
 

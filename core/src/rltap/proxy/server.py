@@ -149,15 +149,18 @@ class ServeSetup:
     config: ProxyConfig
 
 
-def serve_config(config: ServeConfig, admin_key: str) -> ServeSetup:
-    """Engine, renderer and proxy config from `rltap serve`'s settings."""
+def serve_config(
+    config: ServeConfig, admin_key: str, *, engine: InferenceEngine | None = None
+) -> ServeSetup:
+    """Engine, renderer and proxy config from `rltap serve`'s settings; `engine`, when given,
+    serves instead of the one the settings name (`rltap train`'s on the trainer's model)."""
     store, retention = _store_settings(config.store)  # before the engine loads: fail fast
     engine_config, chat, limits = config.engine, config.chat, config.limits
     tokenizer_dir = engine_config.tokenizer or engine_config.model
     if not tokenizer_dir:
         msg = "--tokenizer (or --model) must name a local tokenizer folder"
         raise SystemExit(msg)
-    engine = create_engine(
+    engine = engine or create_engine(
         engine_config.engine,
         model=engine_config.model,
         tokenizer=tokenizer_dir,

@@ -65,8 +65,8 @@ def packed_logprobs(
     child = torch.nonzero(parents >= 0)[:, 0]
     if len(child) == 0:
         return torch.zeros(n, dtype=torch.float32, device=device)
-    logp = _token_log_softmax(model, pack, child, attention, temperature, block_size)
-    chosen = logp.gather(-1, torch.as_tensor(pack.input_ids, device=device)[child, None])[:, 0]
+    logp, row = _token_log_softmax(model, pack, child, attention, temperature, block_size)
+    chosen = logp[row, torch.as_tensor(pack.input_ids, device=device)[child]]
     return torch.zeros(n, dtype=chosen.dtype, device=device).index_put((child,), chosen)
 
 
@@ -91,11 +91,18 @@ def packed_token_stats(
     if bool((torch.as_tensor(pack.parent_index, device=device)[index] < 0).any()):
         msg = "every token needs a parent: a root has no next-token distribution"
         raise ValueError(msg)
-    logp = _token_log_softmax(model, pack, index, attention, temperature, block_size)
+    logp, row = _token_log_softmax(model, pack, index, attention, temperature, block_size)
     ids = torch.as_tensor(pack.input_ids, dtype=torch.long, device=device)[index]
-    chosen = logp.gather(-1, ids[:, None])[:, 0]
-    entropy = -(logp.exp() * logp).sum(-1)
-    return chosen, entropy
+    return logp[row, ids], _entropy(logp)[row]
+
+
+def _entropy(logp: torch.Tensor, rows: int = 64) -> torch.Tensor:
+    """-sum(p log p) of each row, without gradient (a metric: the loss does not use it) and a
+    few rows at a time: no `[tokens, vocab]` temporaries kept for a backward that never comes
+    (two of them, 230 MB each for 384 parents on a 150k vocabulary)."""
+    with torch.no_grad():
+        parts = [-(part.exp() * part).sum(-1) for part in torch.split(logp.detach(), rows)]
+    return torch.cat(parts) if parts else logp.new_zeros(0)
 
 
 def _token_log_softmax(
@@ -105,8 +112,9 @@ def _token_log_softmax(
     attention: Attention,
     temperature: float,
     block_size: int,
-) -> torch.Tensor:
-    """log_softmax(logits[parent] / T) for each of `tokens`, `[len(tokens), vocab]`."""
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """log_softmax(logits / T) at each distinct parent of `tokens`, `[parents, vocab]`, and
+    each token's row in it (siblings share one: no `[len(tokens), vocab]` copy)."""
 
     device = tokens.device
     ids = torch.as_tensor(pack.input_ids, dtype=torch.long, device=device)
@@ -121,11 +129,13 @@ def _token_log_softmax(
         use_cache=False,
         logits_to_keep=keep,
     )
-    logits = output.logits[0][row]
+    logits = output.logits[0]
     # log_softmax, not logits - logsumexp: the two round apart by ~1e-5 on a 150k vocabulary,
     # and the engines and a plain forward use log_softmax.
     dtype = torch.promote_types(logits.dtype, torch.float32)
-    return torch.log_softmax(logits.to(dtype) / temperature, dim=-1)
+    scaled = logits.to(dtype) if temperature == 1.0 else logits.to(dtype) / temperature
+    # (dividing by 1 would allocate another [parents, vocab])
+    return torch.log_softmax(scaled, dim=-1), row
 
 
 def _attention_mask(

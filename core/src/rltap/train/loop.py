@@ -46,7 +46,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from rltap.config import RolloutConfig, TrainConfig
+from rltap.config import TrainConfig
 from rltap.distributed import ray_training
 from rltap.evaluate import score_rows
 from rltap.progress import progress_display
@@ -55,11 +55,11 @@ from rltap.record.pack_io import load_packs
 from rltap.record.sampling import EpisodeSampling, derive_seed
 from rltap.rollout import BATCH, RolloutSummary, load_rows, run_rollout
 from rltap.rollout_io import load_trajectories
-from rltap.store.schema import STORE_FILE
 from rltap.train.config import train_settings
 from rltap.train.lora import LoraMismatch, is_adapter_folder, lora_model
 from rltap.train.run_dir import Checkpoint, RunDir
-from rltap.train.sync import WeightSync, weight_sync
+from rltap.train.shared import Hold, local_training
+from rltap.train.sync import WeightSync
 from rltap.train.trainer import PolicyTrainer
 
 __all__ = [
@@ -106,6 +106,8 @@ class _Loop:
         self.evaluation = config.evaluation
         held_out = config.evaluation.eval_data
         self.eval_rows = load_rows(Path(held_out)) if held_out else None
+        # what each training step runs under: the engine paused where it shares the model
+        self.exclusive: Hold = contextlib.nullcontext
 
     def rows_of(self, step: int) -> list[Any]:
         """Step k's rows: the dataset read in order, round and round."""
@@ -184,7 +186,8 @@ class _Loop:
         self, step: int, batch: _Rollout, sync: WeightSync
     ) -> dict[str, float]:
         started = time.monotonic()
-        metrics = await asyncio.to_thread(self.trainer.step, batch.packs, self.version)
+        async with self.exclusive():
+            metrics = await asyncio.to_thread(self.trainer.step, batch.packs, self.version)
         trained = time.monotonic()
         self.version += 1
         await sync.push(self.trainer.model, self.version)
@@ -296,7 +299,7 @@ async def _serving(
     if config.ray.ray is not None:
         serving = ray_training(config.rollout(), loop.run.sync_dir())
     else:
-        serving = _local_serving(config.rollout(), loop.run.sync_dir())
+        serving = _local_serving(config, loop)
     async with serving as (episodes, sync):
         if resumed:  # the engine starts from --model: give it the checkpoint's weights
             await sync.push(loop.trainer.model, loop.version)
@@ -304,15 +307,10 @@ async def _serving(
 
 
 @contextlib.asynccontextmanager
-async def _local_serving(
-    config: RolloutConfig, sync_dir: Path
-) -> AsyncIterator[tuple[Any, WeightSync]]:
-    from rltap.serving import local_workflow
-
-    # every step's sessions, in the run folder
-    config = config.with_serve(config.serve.with_store(str(Path(config.out) / STORE_FILE)))
-    async with local_workflow(config) as (serving, workflow):
-        yield workflow, weight_sync(serving.engine, sync_dir)
+async def _local_serving(config: TrainConfig, loop: _Loop) -> AsyncIterator[tuple[Any, WeightSync]]:
+    async with local_training(config, loop.trainer.model, loop.run.sync_dir()) as local:
+        loop.exclusive = local.exclusive
+        yield local.workflow, local.sync
 
 
 def train_table(run: RunDir) -> Table:

@@ -1,0 +1,99 @@
+"""`rltap train`'s own proxy and engine, on one copy of the model where that is safe.
+
+Without `--async`, rollouts and training take turns, so the embedded engine can generate with the
+very module the trainer updates: the engine is built on `trainer.model` (`TransformersEngine`
+takes a loaded model, sets it to eval mode and runs it under `torch.inference_mode`), so the
+process holds one copy of the weights, not two. The training step then runs with the engine
+`paused` (no decode step starts meanwhile, not even a late request's), and the sync is only the
+version bump and the rebuild of the KV cache of any request in flight, which an empty partial
+`update_weights` does. With `--async` the next rollouts decode while the trainer updates, so the
+engine keeps a copy of its own that each sync copies into (`rltap.train.sync`); so does an
+engine on another device than the trainer's, or any other engine kind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rltap.config import RolloutConfig, TrainConfig
+from rltap.config.serve import EngineConfig
+from rltap.engines.transformers import TransformersEngine
+from rltap.serving import Serving, local_workflow
+from rltap.store.schema import STORE_FILE
+from rltap.train.sync import WeightSync, weight_sync
+from rltap.workflow import OpenAIProxyWorkflow
+
+__all__ = ["Hold", "LocalTraining", "SharedModelSync", "local_training", "shares_model"]
+
+Hold = Callable[[], contextlib.AbstractAsyncContextManager[Any]]
+
+
+def shares_model(config: TrainConfig, model: torch.nn.Module) -> bool:
+    """Whether the run's engine generates with the trainer's `model` itself: the embedded
+    transformers engine, in this process (no --ray), on the model's device, without --async."""
+    engine = config.serve.engine
+    if engine.engine != "transformers" or config.ray.ray is not None:
+        return False
+    if config.loop.async_rollouts:
+        return False
+    return next(model.parameters()).device == torch.device(engine.device)
+
+
+def shared_engine(config: EngineConfig, model: torch.nn.Module) -> TransformersEngine:
+    """The embedded engine of `config` on the loaded `model` (not a copy of it)."""
+    return TransformersEngine(
+        model,
+        tokenizer=config.tokenizer or config.model,
+        num_threads=config.num_threads,
+        device=config.device,
+        max_prefill_tokens=config.max_prefill_tokens,
+    )
+
+
+class SharedModelSync:
+    """The sync into an engine that generates with the trainer's model: the weights are already
+    there, so a push stamps the new version and rebuilds the KV cache of requests in flight."""
+
+    def __init__(self, engine: TransformersEngine) -> None:
+        self.engine = engine
+
+    async def push(self, model: torch.nn.Module, version: int) -> None:
+        if model is not self.engine.model:
+            msg = "this engine generates with the trainer's model: push that model"
+            raise ValueError(msg)
+        await self.engine.update_weights({}, version=version, partial=True)
+
+
+@dataclass(frozen=True, slots=True)
+class LocalTraining:
+    """The proxy and agent workflow a run's episodes go to, its weight sync, and what each
+    training step runs under (`exclusive()`: the engine paused where it shares the model)."""
+
+    serving: Serving
+    workflow: OpenAIProxyWorkflow
+    sync: WeightSync
+    exclusive: Hold
+
+
+@contextlib.asynccontextmanager
+async def local_training(
+    config: TrainConfig, model: torch.nn.Module, sync_dir: Path
+) -> AsyncIterator[LocalTraining]:
+    """This process's proxy and engine for `config`'s episodes (their sessions in the run
+    folder's capture store), on `model` itself when `shares_model`."""
+    rollout: RolloutConfig = config.rollout()
+    rollout = rollout.with_serve(rollout.serve.with_store(str(Path(rollout.out) / STORE_FILE)))
+    if not shares_model(config, model):
+        async with local_workflow(rollout) as (serving, workflow):
+            sync = weight_sync(serving.engine, sync_dir)
+            yield LocalTraining(serving, workflow, sync, contextlib.nullcontext)
+        return
+    engine = shared_engine(rollout.serve.engine, model)
+    async with local_workflow(rollout, engine=engine) as (serving, workflow):
+        yield LocalTraining(serving, workflow, SharedModelSync(engine), engine.paused)
