@@ -2,11 +2,13 @@
 engine behind the run's proxy generates with the trainer's own module, the training step runs
 with the engine paused, and a push only stamps the new version; after a real trainer step its
 greedy tokens are those of an engine holding a copy that the state-dict sync updated. With
---async (or another engine kind, --ray, another device) the engine keeps a copy of its own."""
+--async (or another engine kind, --ray, another device) the engine keeps a copy of its own. A
+LoRA run's engine runs the peft model's base model, which holds the adapter."""
 
 from __future__ import annotations
 
 import asyncio
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +17,12 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from rltap.config import EngineConfig, LoopConfig, RayConfig, ServeConfig, TrainConfig
+from rltap.config.train import LoraConfig
 from rltap.engines.transformers import TransformersEngine
 from rltap.record.pack import pack_interactions
 from rltap.record.types import ModelRequest
 from rltap.testing.packs import recorded_call
+from rltap.train.lora import lora_model
 from rltap.train.shared import SharedModelSync, local_training, shares_model
 from rltap.train.sync import weight_sync
 from rltap.train.trainer import PolicyTrainer, TrainSettings
@@ -132,3 +136,33 @@ async def test_with_async_the_engine_keeps_a_copy_that_a_push_updates(
         after = await engine.generate(greedy())
         assert after.output_versions == [1] * after.output_len
         assert after.output_tokens != before.output_tokens
+
+
+async def test_a_lora_run_shares_the_base_model_that_holds_the_adapter(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    settings = LoraConfig(lora_rank=4)
+    model = lora_model(trainer_model(tiny_model_dir), settings, base=str(tiny_model_dir))
+    trainer = PolicyTrainer(model, TrainSettings(lr=5e-2))
+    copied = TransformersEngine(str(tiny_model_dir))  # takes the adapter at each push
+    await copied.start()
+    config = train_config(tiny_model_dir, tmp_path / "run", lora=settings)
+    async with local_training(config, model, tmp_path / "sync") as local:
+        engine = local.serving.engine
+        assert isinstance(engine, TransformersEngine)
+        assert engine.model is model.get_base_model()  # the model class's own forward
+        assert shares_storage(engine.model, model) == {True}
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # past_key_values is deprecated: the cache keyword
+            before = await engine.generate(greedy())
+        async with local.exclusive():
+            await asyncio.to_thread(a_training_step, trainer)
+        await local.sync.push(model, 1)
+        await weight_sync(copied, tmp_path / "unused").push(model, 1)
+        after, expected = await engine.generate(greedy()), await copied.generate(greedy())
+        assert after.output_versions == [1] * after.output_len
+        assert after.output_tokens == expected.output_tokens
+        assert after.output_tokens != before.output_tokens  # the adapter's step changed them
+        diff = torch.tensor(after.output_logprobs) - torch.tensor(expected.output_logprobs)
+        assert float(diff.abs().max()) <= 1e-5
+    await copied.close()

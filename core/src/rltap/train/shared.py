@@ -1,14 +1,15 @@
 """`rltap train`'s own proxy and engine, on one copy of the model where that is safe.
 
 Without `--async`, rollouts and training take turns, so the embedded engine can generate with the
-very module the trainer updates: the engine is built on `trainer.model` (`TransformersEngine`
-takes a loaded model, sets it to eval mode and runs it under `torch.inference_mode`), so the
-process holds one copy of the weights, not two. The training step then runs with the engine
-`paused` (no decode step starts meanwhile, not even a late request's), and the sync is only the
-version bump and the rebuild of the KV cache of any request in flight, which an empty partial
-`update_weights` does. With `--async` the next rollouts decode while the trainer updates, so the
-engine keeps a copy of its own that each sync copies into (`rltap.train.sync`); so does an
-engine on another device than the trainer's, or any other engine kind.
+very module the trainer updates: the engine is built on `trainer.model` (`TransformersEngine` takes
+a loaded model, sets it to eval mode and runs it under `torch.inference_mode`), so the process
+holds one copy of the weights, not two (a LoRA run's engine runs the peft model's base model, which
+holds the adapter's layers: nothing moves at a sync, not even the adapter). The training step then
+runs with the engine `paused` (no decode step starts meanwhile, not even a late request's), and the
+sync is only the version bump and the rebuild of the KV cache of any request in flight, which an
+empty partial `update_weights` does. With `--async` the next rollouts decode while the trainer
+updates, so the engine keeps a copy of its own that each sync copies into (`rltap.train.sync`); so
+does an engine on another device than the trainer's, or any other engine kind.
 """
 
 from __future__ import annotations
@@ -23,13 +24,21 @@ import torch
 
 from rltap.config import RolloutConfig, TrainConfig
 from rltap.config.serve import EngineConfig
+from rltap.engines.lora import is_peft_model
 from rltap.engines.transformers import TransformersEngine
 from rltap.serving import Serving, local_workflow
 from rltap.store.schema import STORE_FILE
 from rltap.train.sync import WeightSync, weight_sync
 from rltap.workflow import OpenAIProxyWorkflow
 
-__all__ = ["Hold", "LocalTraining", "SharedModelSync", "local_training", "shares_model"]
+__all__ = [
+    "Hold",
+    "LocalTraining",
+    "SharedModelSync",
+    "generating_module",
+    "local_training",
+    "shares_model",
+]
 
 Hold = Callable[[], contextlib.AbstractAsyncContextManager[Any]]
 
@@ -45,10 +54,17 @@ def shares_model(config: TrainConfig, model: torch.nn.Module) -> bool:
     return next(model.parameters()).device == torch.device(engine.device)
 
 
+def generating_module(model: torch.nn.Module) -> torch.nn.Module:
+    """The module an engine sharing `model` runs: the model, or a LoRA (peft) model's base model,
+    which holds the adapter's layers (peft injects them in place) and keeps the model class's
+    own forward (its cache keyword, which `PeftModel.forward` hides)."""
+    return model.get_base_model() if is_peft_model(model) else model  # type: ignore[operator]
+
+
 def shared_engine(config: EngineConfig, model: torch.nn.Module) -> TransformersEngine:
     """The embedded engine of `config` on the loaded `model` (not a copy of it)."""
     return TransformersEngine(
-        model,
+        generating_module(model),
         tokenizer=config.tokenizer or config.model,
         num_threads=config.num_threads,
         device=config.device,
@@ -64,7 +80,7 @@ class SharedModelSync:
         self.engine = engine
 
     async def push(self, model: torch.nn.Module, version: int) -> None:
-        if model is not self.engine.model:
+        if generating_module(model) is not self.engine.model:
             msg = "this engine generates with the trainer's model: push that model"
             raise ValueError(msg)
         await self.engine.update_weights({}, version=version, partial=True)
