@@ -44,7 +44,8 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from rl_sanity import EXAMPLES, ROOT, framework_python, run_logged, smollm2_dir
 
-TRAINED_AGENTS = {"camel": ["--agents", "Math Tutor"]}
+RECIPE_FLAGS = {"--rows-per-step": int, "--group-size": int, "--lr": float, "--temperature": float,
+                "--eval-every": int, "--default-max-tokens": int}  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -75,12 +76,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--frameworks", nargs="+", choices=sorted(EXAMPLES), default=None)
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--rows-per-step", type=int, default=4)
-    parser.add_argument("--group-size", type=int, default=4)
-    parser.add_argument("--lr", type=float, default=1e-4)
-    parser.add_argument("--eval-every", type=int, default=4)
+    # Each example's train.toml holds its settings; these flags, when given, win over it.
+    for flag, kind in RECIPE_FLAGS.items():
+        parser.add_argument(flag, type=kind, help="default: the example's train.toml")
     parser.add_argument("--eval-rows", type=int, default=16, help="held-out rows evaluated")
-    parser.add_argument("--default-max-tokens", type=int, default=96)
     parser.add_argument("--model", help="model folder (default: the cached SmolLM2 conversion)")
     parser.add_argument("--out", default="runs", help="parent folder of the runs")
     parser.add_argument("--plots", help="folder for learning-<framework>.png (e.g. docs)")
@@ -100,15 +99,18 @@ def held_out(folder: Path, count: int, out: Path) -> Path:
 
 def train_command(args: argparse.Namespace, python: Path, framework: str, seed: int, out: Path,
                   model: str, eval_rows: Path) -> list[str]:  # fmt: skip
+    """`rltap train` of the example's ShapedAgent with its train.toml, the bench's flags on top."""
     folder = ROOT / EXAMPLES[framework][0]
+    overrides = []
+    for flag in RECIPE_FLAGS:
+        value = getattr(args, flag.lstrip("-").replace("-", "_"))
+        if value is not None:
+            overrides += [flag, str(value)]
     return [
         str(python), "-m", "rltap.cli", "train", f"{folder / 'agent.py'}:ShapedAgent",
-        "--data", str(folder / "train.jsonl"), "--eval-data", str(eval_rows),
-        "--eval-every", str(args.eval_every), "--out", str(out), "--steps", str(args.steps),
-        "--rows-per-step", str(args.rows_per_step), "--group-size", str(args.group_size),
-        "--lr", str(args.lr), "--seed", str(seed), "--save-every", str(args.steps),
-        "--engine", "transformers", "--model", model, "--num-threads", "1",
-        "--default-max-tokens", str(args.default_max_tokens), *TRAINED_AGENTS.get(framework, []),
+        "--config", str(folder / "train.toml"), "--data", str(folder / "train.jsonl"),
+        "--eval-data", str(eval_rows), "--out", str(out), "--steps", str(args.steps),
+        "--seed", str(seed), "--save-every", str(args.steps), "--model", model, *overrides,
     ]  # fmt: skip
 
 

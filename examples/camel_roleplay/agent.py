@@ -75,15 +75,28 @@ def final_answer_reward(answer: str, data: dict[str, Any]) -> float:
 
 FORMAT = re.compile(r"Final answer:\s*-?\d+(?:\.\d+)?")
 FORMAT_CREDIT = 0.2
+CLOSENESS_CREDIT = 0.3
+
+
+def closeness(answer: str, data: dict[str, Any]) -> float:
+    """How near the tutor's answer (the last number after "Final answer:", or anywhere) is to
+    the expected one: 1 - |error| / max(|expected|, 1), down to 0 (and 0 with no number)."""
+    numbers = _NUMBER.findall(answer.rpartition(FINAL)[2] or answer)
+    if not numbers:
+        return 0.0
+    expected = float(data["answer"])
+    return max(0.0, 1.0 - abs(float(numbers[-1]) - expected) / max(abs(expected), 1.0))
 
 
 def shaped_reward(answer: str, data: dict[str, Any]) -> float:
     """1.0 for the right answer; otherwise 0.2 when the tutor's reply still gives a 'Final
-    answer: <number>', else 0.0: a small model's tutor seldom ends on the right number, and a
-    group of zeros carries no signal. The credit stays below a right answer."""
+    answer: <number>', plus 0.3 times how near its answer is (`closeness`), at most 0.5: a
+    small model's tutor seldom ends on the right number, and a group of zeros carries no
+    signal. The credits stay below a right answer."""
     if final_answer_reward(answer, data):
         return 1.0
-    return FORMAT_CREDIT if FORMAT.search(answer) else 0.0
+    marked = FORMAT.search(answer) is not None
+    return FORMAT_CREDIT * marked + CLOSENESS_CREDIT * closeness(answer, data)
 
 
 class Agent(CamelAdapter):

@@ -90,8 +90,10 @@ def exact_match(result: Any, row: Any) -> float:
 
 
 FORMAT = re.compile(r"final answer:\s*-?\d+(?:\.\d+)?", re.IGNORECASE)
+NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 FORMAT_CREDIT = 0.2
 TOOL_CREDIT = 0.2
+CLOSENESS_CREDIT = 0.3
 
 
 def right_tool_call(result: Any, row: Any) -> bool:
@@ -109,18 +111,34 @@ def right_tool_call(result: Any, row: Any) -> bool:
     return False
 
 
+def closeness(text: str, answer: str) -> float:
+    """How near the final answer's last number is to the answer: 1 - |error| / max(|answer|,
+    1), down to 0 (and 0 with no number)."""
+    numbers = NUMBER.findall(final_answer(text))
+    if not numbers:
+        return 0.0
+    expected = float(answer)
+    return max(0.0, 1.0 - abs(float(numbers[-1]) - expected) / max(abs(expected), 1.0))
+
+
 def shaped_reward(result: Any, row: Any) -> float:
     """1.0 for the right final answer; otherwise 0.2 for a reply ending in 'Final answer:
-    <number>' plus 0.2 for a `calculate` call with the right expression, at most 0.4.
+    <number>', 0.2 for a `calculate` call with the right expression and 0.3 times how near the
+    final answer is (`closeness`): at most 0.7.
 
     Why shaped: SmolLM2-135M-Instruct scored 0.0 on exact match in `make demo` (a group of
-    zeros carries no signal); the credits reward the two steps the instructions ask for, and
-    stay below a right answer, so no mix of them beats it.
+    zeros carries no signal); the credits reward the two steps the instructions ask for and a
+    near miss, and stay below a right answer, so no mix of them beats it.
     """
     if exact_match(result, row):
         return 1.0
-    marked = FORMAT.search(str(result.final_output)) is not None
-    return FORMAT_CREDIT * marked + TOOL_CREDIT * right_tool_call(result, row)
+    text = str(result.final_output)
+    marked = FORMAT.search(text) is not None
+    return (
+        FORMAT_CREDIT * marked
+        + TOOL_CREDIT * right_tool_call(result, row)
+        + CLOSENESS_CREDIT * closeness(text, row["answer"])
+    )
 
 
 class Agent(OpenAIAgentsAdapter):

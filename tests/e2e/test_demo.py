@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from rltap.demo import EXAMPLES, TRAIN_STEPS, TRAIN_STEPS_TINY
+from rltap.demo import EXAMPLES
+from rltap.demo_train import TRAIN_STEPS_TINY
 from rltap.rollout import load_batch, load_trajectories
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -83,8 +84,12 @@ def test_demo_tiny_runs_every_framework(framework_venvs: None, tmp_path: Path) -
             assert len(line["input_ids"]) == len(line["loss_mask"]) == len(line["logprobs"])
     train = run_dir / "train"
     metrics = [json.loads(line) for line in (train / "metrics.jsonl").read_text().splitlines()]
-    assert [m["version"] for m in metrics] == list(range(1, TRAIN_STEPS_TINY + 1))
-    assert all(m["tokens"] > 0 for m in metrics), metrics
+    updates = [m for m in metrics if m["step"] > 0]
+    assert [m["version"] for m in updates] == list(range(1, TRAIN_STEPS_TINY + 1))
+    assert all(m["tokens"] > 0 for m in updates), metrics
+    # The held-out reward before the first step and after each.
+    evaluated = [m["step"] for m in metrics if "eval_reward" in m]
+    assert evaluated == list(range(TRAIN_STEPS_TINY + 1)), metrics
     assert (train / f"step-{TRAIN_STEPS_TINY}" / "config.json").is_file()
     assert "rltap train" in result.stdout
     assert f"train run files: {train}" in result.stdout
@@ -123,21 +128,41 @@ def test_plan_copies_each_examples_rows_and_names_what_is_missing(tmp_path: Path
     assert "not run" in text
 
 
-def test_train_steps_are_the_toy_task_on_the_tiny_model(tmp_path: Path) -> None:
-    from rltap.demo import train_config
-    from rltap.testing.models import cached_tiny_model_dir
+def test_training_is_the_langchain_agent_with_its_examples_settings(tmp_path: Path) -> None:
+    from rltap.demo_train import TRAIN_EXAMPLE, TRAIN_STEPS, plan_training
 
-    config = train_config(REPO_ROOT, tmp_path / "train", TRAIN_STEPS)
-
-    agent, _, name = config.agent.rpartition(":")
-    assert (Path(agent), name) == (REPO_ROOT / "examples" / "train_toy" / "agent.py", "Agent")
-    assert Path(agent).is_file()
-    assert Path(config.data).read_text().strip()
-    assert config.model == str(cached_tiny_model_dir())
-    assert (config.out, config.loop.steps, config.loop.save_every) == (
-        str(tmp_path / "train"),
-        TRAIN_STEPS,
-        TRAIN_STEPS,
+    python = Path(sys.executable)
+    run = plan_training(
+        REPO_ROOT, tmp_path, python=python, model="/models/m", max_tokens=96, tiny=False
     )
-    loop, engine = config.loop, config.serve.engine
-    assert (loop.rows_per_step, loop.episodes.group_size, engine.engine) == (2, 6, "transformers")
+    folder = REPO_ROOT / TRAIN_EXAMPLE
+    command = run.command
+    assert command[:5] == [
+        str(python),
+        "-m",
+        "rltap.cli",
+        "train",
+        f"{folder / 'agent.py'}:ShapedAgent",
+    ]
+
+    def flag(name: str) -> str:
+        return command[command.index(name) + 1]
+
+    assert flag("--config") == str(folder / "train.toml")
+    assert flag("--data") == str(folder / "train.jsonl")
+    assert (flag("--model"), flag("--out"), flag("--steps")) == (
+        "/models/m",
+        str(tmp_path / "train"),
+        str(TRAIN_STEPS),
+    )
+    assert (flag("--eval-every"), flag("--save-every")) == ("1", str(TRAIN_STEPS))
+    held_out = Path(flag("--eval-data")).read_text().splitlines()
+    assert held_out == (folder / "eval.jsonl").read_text().splitlines()[: len(held_out)]
+    assert 0 < len(held_out) < 16
+
+    missing = plan_training(
+        REPO_ROOT, tmp_path, python=tmp_path / "no-python", model="m", max_tokens=96, tiny=True
+    )
+    assert not missing.command
+    assert "no-python" in missing.problem
+    assert "make demo-venvs" in missing.problem

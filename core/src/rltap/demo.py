@@ -9,17 +9,13 @@ runs go at once, so the engine batches their calls. Each writes the `rltap rollo
 rows it ran (`data.jsonl`) and its log (`rollout.log`) to `runs/demo-<timestamp>/<framework>/`,
 and one table is built from their `summary.json`.
 
-Then the loop closes: `rltap train` (`rltap.train.loop.run_training`, in this process) on the toy
-task of examples/train_toy (reward: the share of CJK characters in an 8-token reply) with the
-tiny random test model, which learns it within a few steps: 5 steps of 2 rows x 6 episodes
-(2 with `--tiny`, a smoke run), the reward per step in the train table, the run folder in
-`runs/demo-<timestamp>/train/`. (SmolLM2 on the frameworks' arithmetic needs far more steps to
-move its reward than the demo's minutes allow; bench/rl_sanity.py runs that.)
+Then the loop closes: `rltap train` trains the LangChain agent on its arithmetic task, on the
+same model, for a few steps, with its held-out reward after each (`rltap.demo_train`); its table
+and run folder (`runs/demo-<timestamp>/train/`) end the demo.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import dataclasses
 import os
@@ -35,12 +31,12 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from rltap.config import TrainConfig, add_arguments, parse
+from rltap.demo_train import TRAIN_FRAMEWORK, plan_training, train_framework_agent
 from rltap.protocols import SPECS
 from rltap.rollout import LEDGER, SUMMARY, RolloutSummary
 
 if TYPE_CHECKING:
-    from rltap.config import DemoConfig, TrainConfig
+    from rltap.config import DemoConfig
     from rltap.proxy import ServeSetup
 
 __all__ = [
@@ -49,17 +45,9 @@ __all__ = [
     "Example",
     "demo_command",
     "demo_table",
-    "run_train_steps",
-    "train_config",
 ]
 
 _LOG_EVERY = 30.0  # seconds between progress lines when stderr is not a terminal
-TRAIN_EXAMPLE = "examples/train_toy"
-TRAIN_STEPS = 5  # the tiny model's reward climbs from about 0.1 to near 1 within these
-TRAIN_STEPS_TINY = 2
-# The learning test's settings (tests/train/test_learning.py).
-TRAIN_FLAGS = ("--rows-per-step", "2", "--group-size", "6", "--lr", "3e-3",
-               "--engine", "transformers")  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,35 +304,9 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
-def train_config(root: Path, out: Path, steps: int) -> TrainConfig:
-    """`rltap train`'s settings for the demo's steps: the toy task on the tiny model."""
-    from rltap.testing.models import cached_tiny_model_dir
-
-    parser = argparse.ArgumentParser(prog="rltap train")
-    add_arguments(parser, TrainConfig, config_file=True)
-    folder = root / TRAIN_EXAMPLE
-    argv = [
-        f"{folder / 'agent.py'}:Agent", "--data", str(folder / "data.jsonl"),
-        "--model", str(cached_tiny_model_dir()), "--out", str(out), "--steps", str(steps),
-        "--save-every", str(steps), *TRAIN_FLAGS,
-    ]  # fmt: skip
-    return parse(TrainConfig, parser, argv, required=TrainConfig.REQUIRED_TOO)
-
-
-def run_train_steps(train: TrainConfig, console: Console, out: Console) -> None:
-    """The demo's training steps (`train_config`), then their table and the run's folder."""
-    from rltap.train.loop import print_run, run_training
-
-    console.print(
-        f"rltap train: {train.loop.steps} steps of the toy task ({TRAIN_EXAMPLE}), tiny model"
-    )
-    summary = asyncio.run(run_training(train, console))
-    print_run(out, Path(summary.run_dir), label="train run files", shown=_shown)
-
-
 def demo_command(config: DemoConfig) -> int:
     """`rltap demo`: the frameworks' table, then the training steps' table; exit 1 unless every
-    framework's run finished (a failed training step raises)."""
+    framework's run and the training finished."""
     from transformers.utils import logging as transformers_logging
 
     from rltap.demo_model import demo_model
@@ -360,10 +322,15 @@ def demo_command(config: DemoConfig) -> int:
         raise SystemExit("--tiny and --model exclude each other")
     run_dir = Path(config.out) / time.strftime("demo-%Y%m%d-%H%M%S")
     runs = plan_runs(config, root, run_dir)
-    # Parsed (and checked) before the minutes of rollouts, not after.
-    steps = TRAIN_STEPS_TINY if config.tiny else TRAIN_STEPS
-    train = train_config(root, run_dir / "train", steps)
     model, model_note = demo_model(engine.model, tiny=config.tiny, say=console.print)
+    train = plan_training(
+        root,
+        run_dir,
+        python=_pythons(root, config.python or [])[TRAIN_FRAMEWORK],
+        model=model,
+        max_tokens=config.serve.chat.default_max_tokens,
+        tiny=config.tiny,
+    )
     serve = dataclasses.replace(config.serve, engine=dataclasses.replace(engine, model=model))
     console.print(f"model: {model}\n       {model_note}")
     admin_key = secrets.token_urlsafe(24)
@@ -379,6 +346,6 @@ def demo_command(config: DemoConfig) -> int:
             out.print(f"[yellow]{run.framework}: {run.problem}")
         if run.summary and run.summary.errors:
             out.print(f"[yellow]{run.framework}: first episode error: {run.summary.errors[0]}")
-    run_train_steps(train, console, out)
+    train_framework_agent(train, root, console, out, _shown)
     out.print(f"total wall time {time.monotonic() - started:.1f} s")
-    return 0 if runs and all(run.ok for run in runs) else 1
+    return 0 if runs and all(run.ok for run in runs) and train.ok else 1

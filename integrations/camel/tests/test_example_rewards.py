@@ -25,16 +25,18 @@ def example() -> ModuleType:
     [
         pytest.param("7 + 11 = 18. Final answer: 18", 1.0, 1.0, id="right"),
         pytest.param("She has 18 apples.", 1.0, 1.0, id="right-unmarked"),
-        pytest.param("Final answer: 17 apples", 0.0, 0.2, id="wrong-marked"),
+        pytest.param("Final answer: 17 apples", 0.0, 0.2 + 0.3 * 17 / 18, id="near-marked"),
+        pytest.param("She has 9 apples.", 0.0, 0.3 * 9 / 18, id="farther-unmarked"),
+        pytest.param("Final answer: 40", 0.0, 0.2, id="off-by-more-than-the-answer"),
         pytest.param("Let us count them together.", 0.0, 0.0, id="no-answer"),
     ],
 )
-def test_the_shaped_reward_credits_the_format_below_a_right_answer(
+def test_the_shaped_reward_credits_format_and_nearness_below_a_right_answer(
     example: ModuleType, answer: str, exact: float, shaped: float
 ) -> None:
     row = {"task": "Ann has 7 apples and buys 11 more.", "answer": "18"}
     assert example.final_answer_reward(answer, row) == exact
-    assert example.shaped_reward(answer, row) == shaped
+    assert example.shaped_reward(answer, row) == pytest.approx(shaped)
 
 
 def test_shaped_agent_is_the_role_play_with_the_shaped_reward(example: ModuleType) -> None:

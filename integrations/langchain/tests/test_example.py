@@ -54,15 +54,17 @@ def example() -> ModuleType:
     [
         pytest.param("7 + 11 = 18.\nFinal answer: 18", 1.0, id="right"),
         pytest.param("The sum is 18.", 1.0, id="right-unmarked"),
-        pytest.param("Final answer: 17", 0.2, id="wrong-marked"),
-        pytest.param("The sum is 17, I think.", 0.0, id="wrong-unmarked"),
+        pytest.param("Final answer: 17", 0.2 + 0.3 * 17 / 18, id="near-marked"),
+        pytest.param("The sum is 17, I think.", 0.3 * 17 / 18, id="near-unmarked"),
+        pytest.param("Final answer: 27", 0.2 + 0.3 * 9 / 18, id="farther-marked"),
+        pytest.param("The sum is 40.", 0.0, id="off-by-more-than-the-answer"),
         pytest.param("Final answer: eighteen", 0.0, id="marker-without-number"),
     ],
 )
-def test_shaped_reward_credits_the_format_below_a_right_answer(
+def test_shaped_reward_credits_format_and_nearness_below_a_right_answer(
     example: ModuleType, reply: str, reward: float
 ) -> None:
-    assert example.shaped_reward(reply, {"answer": "18"}) == reward
+    assert example.shaped_reward(reply, {"answer": "18"}) == pytest.approx(reward)
 
 
 async def test_shaped_agent_trains_on_the_shaped_reward(proxy: RunningProxy) -> None:
@@ -72,9 +74,10 @@ async def test_shaped_agent_trains_on_the_shaped_reward(proxy: RunningProxy) -> 
     assert isinstance(workflow, OpenAIProxyWorkflow)
     agent = pickle.loads(pickle.dumps(workflow.agent))
     try:
-        # The script answers "Final answer: 5" after calculator(2+3): wrong for 12 + 7.
+        # The script answers "Final answer: 5" after calculator(2+3): wrong for 12 + 7, 14 off.
         row = {"question": "What is 12 + 7?", "answer": "19"}
-        assert await agent.run(row, base_url=proxy.base_url, api_key=await _key(proxy)) == 0.2
+        reward = await agent.run(row, base_url=proxy.base_url, api_key=await _key(proxy))
+        assert reward == pytest.approx(0.2 + 0.3 * 5 / 19)
     finally:
         await workflow.aclose()
 

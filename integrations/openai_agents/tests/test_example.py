@@ -26,8 +26,9 @@ def rows() -> list[dict[str, str]]:
     [
         pytest.param("Agent", [1.0, 0.0], id="chat"),
         pytest.param("ResponsesAgent", [1.0, 0.0], id="ResponsesAgent"),
-        # ShapedAgent: the 7 * 6 row's wrong answer still earns the format credit.
-        pytest.param("ShapedAgent", [1.0, 0.2], id="ShapedAgent"),
+        # ShapedAgent: the 7 * 6 row's wrong answer (5, 37 off 42) still earns the format
+        # credit and a little for its nearness.
+        pytest.param("ShapedAgent", [1.0, 0.2 + 0.3 * 5 / 42], id="ShapedAgent"),
     ],
 )
 async def test_calculator_rewards_exact_answers(
@@ -107,3 +108,18 @@ def test_the_training_and_held_out_splits_share_no_question() -> None:
     assert len(questions("train")) == 48
     assert len(questions("eval")) == 16
     assert not questions("train") & questions("eval")
+
+
+@pytest.mark.parametrize(
+    ("text", "nearness"),
+    [
+        pytest.param("Final answer: 42", 1.0, id="right"),
+        pytest.param("6 * 7 is 40.\nFinal answer: 40\nDone in 3 steps.", 40 / 42, id="marked-line"),
+        pytest.param("It is 84", 0.0, id="off-by-the-answer"),
+        pytest.param("Final answer: forty", 0.0, id="no-number"),
+    ],
+)
+def test_closeness_reads_the_final_answers_number(
+    example: ModuleType, text: str, nearness: float
+) -> None:
+    assert example.closeness(text, "42") == pytest.approx(nearness)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Any, Literal
 
 from rltap.config.flags import ConfigError, option, section
 from rltap.config.serve import ServeConfig
@@ -93,6 +93,15 @@ class RayConfig:
     )
 
 
+def agents_option() -> Any:
+    """`--agents`, of `rltap rollout` and `rltap train` (a field each)."""
+    return option(
+        None,
+        "export only these agents' interactions (rewards are discounted over all first)",
+        metavar="AGENT",
+    )
+
+
 @dataclass(frozen=True, kw_only=True)
 class RolloutConfig(AgentTask):
     """`rltap rollout`: AGENT on every row of --data, the files in --out."""
@@ -106,11 +115,7 @@ class RolloutConfig(AgentTask):
         "export style; tree: batch.safetensors holds one token trie per row "
         "(rltap.record.pack_io), the lines stay one per interaction",
     )
-    agents: list[str] | None = option(
-        None,
-        "export only these agents' interactions (rewards are discounted over all first)",
-        metavar="AGENT",
-    )
+    agents: list[str] | None = agents_option()
     link_factors: list[tuple[str, float]] | None = option(
         None,
         "share of a child's reward its parent gets, by link kind (prefix, rewrite, "

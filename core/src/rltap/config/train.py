@@ -18,7 +18,14 @@ from typing import ClassVar, Literal
 
 from rltap.config.evaluate import TrainEvalConfig
 from rltap.config.flags import ConfigError, option, section
-from rltap.config.rollout import RAY_GROUP, AgentTask, EpisodeConfig, RayConfig, RolloutConfig
+from rltap.config.rollout import (
+    RAY_GROUP,
+    AgentTask,
+    EpisodeConfig,
+    RayConfig,
+    RolloutConfig,
+    agents_option,
+)
 from rltap.config.serve import ServeConfig
 
 __all__ = ["LoopConfig", "LoraConfig", "TrainConfig", "UpdateConfig"]
@@ -136,6 +143,7 @@ class TrainConfig(AgentTask):
     REQUIRED_TOO: ClassVar[tuple[str, ...]] = ("model",)
 
     out: str = option(help="run folder (a second run on it resumes)")
+    agents: list[str] | None = agents_option()  # e.g. one role of a multi-agent episode
     loop: LoopConfig = section(LoopConfig, "loop")
     update: UpdateConfig = section(UpdateConfig, "update")
     lora: LoraConfig = section(LoraConfig, "LoRA (peft)")
@@ -161,6 +169,7 @@ class TrainConfig(AgentTask):
             out=self.out,
             episodes=self.loop.episodes,
             style="tree",
+            agents=self.agents,
             serve=self.serve,
             ray=self.ray,
         )

@@ -1,0 +1,151 @@
+"""`rltap demo`'s training part: a framework agent trained through rltap, its held-out reward
+per step.
+
+The LangChain math chain (`examples/langchain_math/agent.py:ShapedAgent`) is trained by
+`rltap train` with the example's own settings (`train.toml`, the ones bench/learn_frameworks.py
+uses) on the demo's model, in the LangChain venv (the framework is not in rltap's), for as many
+steps as the demo's minutes allow: fewer rows a step than the bench, and the first held-out rows
+evaluated greedily before step 1 and after every step. Its progress is a bar per step; the train
+table (reward, held-out reward, KL, entropy, tokens, seconds) and the run folder follow, and the
+log is `RUN/train.log`. bench/learn_frameworks.py runs the longer training that measures whether
+the agents learn (docs/learning.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from rltap.train.loop import print_run
+from rltap.train.run_dir import METRICS
+
+__all__ = [
+    "TRAIN_EXAMPLE",
+    "TRAIN_FRAMEWORK",
+    "TRAIN_STEPS",
+    "TRAIN_STEPS_TINY",
+    "TrainRun",
+    "plan_training",
+    "run_training_child",
+    "train_framework_agent",
+]
+
+TRAIN_FRAMEWORK = "langchain"
+TRAIN_EXAMPLE = "examples/langchain_math"
+TRAIN_AGENT = "ShapedAgent"
+TRAIN_STEPS = 3  # SmolLM2: about 40 s a step with its evaluation, on 2 cores
+TRAIN_STEPS_TINY = 2
+EVAL_ROWS = 8
+EVAL_ROWS_TINY = 2
+# On top of the example's train.toml: fewer rows a step, an evaluation after every step.
+TRAIN_FLAGS = ("--rows-per-step", "2", "--eval-every", "1", "--seed", "1")
+
+
+@dataclass(slots=True)
+class TrainRun:
+    """The demo's training run: its command, folder and how it went."""
+
+    out_dir: Path
+    steps: int
+    command: list[str] = field(default_factory=list)
+    problem: str = ""  # why it cannot run or did not finish
+    returncode: int | None = None
+
+    @property
+    def log(self) -> Path:
+        return self.out_dir.parent / "train.log"
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+
+def plan_training(
+    root: Path, run_dir: Path, *, python: Path, model: str, max_tokens: int, tiny: bool
+) -> TrainRun:
+    """`rltap train` of the LangChain example on `model` in the venv of `python`, into
+    `run_dir/train`; the held-out rows it evaluates are copied to `run_dir/train-eval.jsonl`."""
+    folder = root / TRAIN_EXAMPLE
+    steps = TRAIN_STEPS_TINY if tiny else TRAIN_STEPS
+    run = TrainRun(run_dir / "train", steps)
+    if not python.exists():
+        run.problem = f"missing {python} (`make demo-venvs` makes it)"
+        return run
+    lines = (folder / "eval.jsonl").read_text(encoding="utf-8").splitlines()
+    held_out = run_dir / "train-eval.jsonl"
+    held_out.parent.mkdir(parents=True, exist_ok=True)
+    count = EVAL_ROWS_TINY if tiny else EVAL_ROWS
+    held_out.write_text("".join(line + "\n" for line in lines[:count]), encoding="utf-8")
+    run.command = [
+        str(python), "-m", "rltap.cli", "train", f"{folder / 'agent.py'}:{TRAIN_AGENT}",
+        "--config", str(folder / "train.toml"), "--data", str(folder / "train.jsonl"),
+        "--eval-data", str(held_out), "--model", model, "--out", str(run.out_dir),
+        "--steps", str(steps), "--save-every", str(steps),
+        "--default-max-tokens", str(max_tokens), *TRAIN_FLAGS,
+    ]  # fmt: skip
+    return run
+
+
+def _steps_done(run: TrainRun) -> int:
+    """Updates written to the run's metrics so far (step 0 is the evaluation before them)."""
+    metrics = run.out_dir / METRICS
+    if not metrics.is_file():
+        return 0
+    lines = metrics.read_bytes().splitlines()
+    return sum(orjson.loads(line)["step"] > 0 for line in lines if line.endswith(b"}"))
+
+
+async def run_training_child(run: TrainRun, root: Path, console: Console) -> None:
+    """Run `run.command` with a progress bar of its steps; its output goes to `run.log`."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "COLUMNS": "160",
+           "HF_HUB_DISABLE_PROGRESS_BARS": "1"}  # fmt: skip
+    columns = (TextColumn("{task.description:<14}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("steps"), TimeElapsedColumn())  # fmt: skip
+    with run.log.open("wb") as log, Progress(*columns, console=console) as progress:
+        log.write(f"$ {' '.join(run.command)}\n".encode())
+        log.flush()
+        task = progress.add_task("rltap train", total=run.steps)
+        process = await asyncio.create_subprocess_exec(
+            *run.command, stdout=log, stderr=asyncio.subprocess.STDOUT, env=env, cwd=root
+        )
+        try:
+            while process.returncode is None:
+                progress.update(task, completed=_steps_done(run))
+                try:
+                    await asyncio.wait_for(process.wait(), timeout=1.0)
+                except TimeoutError:
+                    continue
+            progress.update(task, completed=_steps_done(run))
+        finally:
+            if process.returncode is None:
+                process.terminate()
+                await process.wait()
+    run.returncode = process.returncode
+    if not run.ok:
+        run.problem = f"exit {run.returncode}; see {run.log}"
+
+
+def train_framework_agent(
+    run: TrainRun, root: Path, console: Console, out: Console, shown: Callable[[Path], str]
+) -> None:
+    """The demo's training run, then its table and folder (or why it did not run)."""
+    if not run.problem:
+        console.print(
+            f"rltap train: {run.steps} steps of the LangChain agent ({TRAIN_EXAMPLE}), "
+            f"held-out reward after each"
+        )
+        started = time.monotonic()
+        asyncio.run(run_training_child(run, root, console))
+        console.print(f"rltap train took {time.monotonic() - started:.1f} s")
+    if run.problem:
+        out.print(f"[yellow]rltap train: {run.problem}")
+        return
+    print_run(out, run.out_dir, label="train run files", shown=shown)
