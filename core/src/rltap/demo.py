@@ -30,14 +30,16 @@ import orjson
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from transformers.utils import logging as transformers_logging
 
+from rltap.demo_model import demo_model
 from rltap.demo_train import TRAIN_FRAMEWORK, plan_training, train_framework_agent
 from rltap.protocols import SPECS
+from rltap.proxy import ProxyServer, ServeSetup, create_app, serve_config
 from rltap.rollout import LEDGER, SUMMARY, RolloutSummary
 
 if TYPE_CHECKING:
     from rltap.config import DemoConfig
-    from rltap.proxy import ServeSetup
 
 __all__ = [
     "EXAMPLES",
@@ -220,8 +222,6 @@ async def run_all(
     runs: list[DemoRun], setup: ServeSetup, admin_key: str, root: Path, console: Console
 ) -> None:
     """Start the proxy, run every runnable framework at once with live progress."""
-    from rltap.proxy import ProxyServer, create_app
-
     app = create_app(setup.engine, setup.renderer, setup.config)
     columns = (
         TextColumn("{task.description:<14}"),
@@ -307,11 +307,6 @@ def _shown(path: Path) -> str:
 def demo_command(config: DemoConfig) -> int:
     """`rltap demo`: the frameworks' table, then the training steps' table; exit 1 unless every
     framework's run and the training finished."""
-    from transformers.utils import logging as transformers_logging
-
-    from rltap.demo_model import demo_model
-    from rltap.proxy import serve_config
-
     started = time.monotonic()
     console = Console(stderr=True, soft_wrap=True)  # log lines stay whole when not a terminal
     root = repo_root()
