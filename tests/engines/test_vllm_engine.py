@@ -459,9 +459,9 @@ def vllm_server(vllm_model_dir: Path) -> Iterator[VLLMServer]:
     # The guidance backend reads the llguidance Lark grammars rltap sends for tool calls.
     backend = ("--structured-outputs-config", '{"backend": "guidance"}')
     # Development mode: the weight sync test reloads weights through vLLM's /pause, /resume and
-    # /collective_rpc routes.
+    # /collective_rpc routes; runtime LoRA: the LoRA sync test loads adapters.
     with VLLMServer.started(
-        vllm_model_dir, max_model_len=1024, extra_args=backend, dev_mode=True
+        vllm_model_dir, max_model_len=1024, extra_args=backend, dev_mode=True, lora_rank=8
     ) as server:
         print(f"vLLM server started in {server.startup_seconds:.1f} s")
         started = time.perf_counter()
@@ -645,6 +645,49 @@ async def test_vllm_lark_grammar_forces_a_tool_call(vllm: VLLMEngine, qwen_token
     body = text.removeprefix("<tool_call>\n").split("\n</tool_call>")[0]
     assert orjson.loads(body)["name"] == "get_weather"
     assert orjson.loads(body)["arguments"]["unit"] in ("C", "F")
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+async def test_vllm_serves_a_lora_trainers_adapter_with_its_logprobs(
+    vllm: VLLMEngine, vllm_model_dir: Path, tmp_path: Path
+) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from rltap.config import LoraConfig
+    from rltap.train.lora import lora_model
+    from rltap.train.sync import weight_sync
+
+    base = AutoModelForCausalLM.from_pretrained(str(vllm_model_dir), dtype=torch.float32)
+    trainer = lora_model(base, LoraConfig(lora_rank=4), base=str(vllm_model_dir))
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # a new adapter's B is zero: give it something to change
+        for name, parameter in trainer.named_parameters():
+            if "lora_B" in name:
+                parameter.copy_(0.5 * torch.randn(parameter.shape, generator=generator))
+
+    def request() -> ModelRequest:
+        return ModelRequest(input_ids=PROMPT, max_new_tokens=16, temperature=1.0, seed=3)
+
+    await weight_sync(vllm, tmp_path / "sync").push(trainer, 5)
+    adapted = await vllm.generate(request())
+    assert adapted.output_versions == [5] * adapted.output_len
+    diff = _logprob_diff(trainer, adapted)
+    print(f"vLLM with the adapter vs the peft model: max abs logprob diff {diff:.2e}")
+    assert diff <= 1e-4
+    with trainer.disable_adapter():
+        assert _logprob_diff(trainer, adapted) > 1e-2  # the adapter changed what is served
+    only_adapter = {path.name for path in (tmp_path / "sync").iterdir()}
+    assert only_adapter == {"adapter-v5"}
+    # A request to the base model name is still the base model's.
+    plain = VLLMEngine(vllm.url)
+    await plain.start()
+    try:
+        with trainer.disable_adapter():
+            assert _logprob_diff(trainer, await plain.generate(request())) <= 1e-4
+    finally:
+        await plain.close()
 
 
 # The module's last test: it changes the served weights, and puts the original ones back.

@@ -108,12 +108,14 @@ class VLLMServer:
         max_model_len: int = 1024,
         extra_args: tuple[str, ...] = (),
         dev_mode: bool = False,
+        lora_rank: int = 0,
     ) -> None:
         self.model_dir = Path(model_dir)
         self.python = Path(python) if python is not None else None
         self.max_model_len = max_model_len
         self.extra_args = extra_args
         self.dev_mode = dev_mode
+        self.lora_rank = lora_rank
         self.port = 0
         self.startup_seconds = 0.0
         self._process: subprocess.Popen[bytes] | None = None
@@ -146,6 +148,7 @@ class VLLMServer:
             "127.0.0.1",
             "--port",
             str(self.port),
+            *(("--enable-lora", "--max-lora-rank", str(self.lora_rank)) if self.lora_rank else ()),
             *self.extra_args,
         ]
 
@@ -162,6 +165,8 @@ class VLLMServer:
         }
         if self.dev_mode:
             env["VLLM_SERVER_DEV_MODE"] = "1"
+        if self.lora_rank:  # /v1/load_lora_adapter, rltap's LoRA weight sync
+            env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
         started = time.perf_counter()
         with self.log_path.open("wb") as log:
             self._process = subprocess.Popen(
@@ -231,10 +236,16 @@ class VLLMServer:
         max_model_len: int = 1024,
         extra_args: tuple[str, ...] = (),
         dev_mode: bool = False,
+        lora_rank: int = 0,
     ) -> Iterator[VLLMServer]:
-        """Run a server for the duration of the block."""
+        """Run a server for the duration of the block (serving LoRA adapters up to `lora_rank`,
+        loaded at run time, when it is not 0)."""
         server = cls(
-            model_dir, max_model_len=max_model_len, extra_args=extra_args, dev_mode=dev_mode
+            model_dir,
+            max_model_len=max_model_len,
+            extra_args=extra_args,
+            dev_mode=dev_mode,
+            lora_rank=lora_rank,
         )
         try:
             server.start(timeout=timeout)
