@@ -2,15 +2,16 @@
 the LangChain math chain, the Agents SDK calculator and the CAMEL role play, each on its
 arithmetic task, several seeds each; the held-out reward before and after.
 
-What it runs, per framework and seed: `rltap train examples/<example>/agent.py:ShapedAgent` on
-the example's `train.jsonl` (48 sums and differences, `examples/make_arithmetic_splits.py`),
-rewarded by its `shaped_reward` (1.0 for the right answer, partial credit for the format and,
-for the Agents SDK, the right tool call: each example's docstring says why), with
-`--eval-data eval.jsonl` (16 held-out rows, greedy, evaluated before step 1 and every
-`--eval-every` steps). CAMEL trains the tutor alone (`--agents "Math Tutor"`). The model is
-SmolLM2 as `make demo` converts it (`rltap.demo_model`), on the embedded transformers engine,
-fp32, one torch thread; each framework runs in its own venv (bench/rl_sanity.py's, made by the
-Makefile's target when missing).
+What it runs, per framework and seed: `rltap train examples/<example>/agent.py:ShapedAgent` with
+the example's `train.toml` (its settings: rows and episodes per step, learning rate, sampling
+temperature, reply cap; CAMEL's `agents`, the tutor alone) on the example's `train.jsonl` (48 sums
+and differences, `examples/make_arithmetic_splits.py`), rewarded by its `shaped_reward` (1.0 for
+the right answer, partial credit for the format, a near miss and, for the Agents SDK, the right
+tool call: each example's docstring says why), with `--eval-data` the first `--eval-rows` of its
+`eval.jsonl` (held out, greedy, evaluated before step 1 and every `--eval-every` steps). The
+model is SmolLM2 as `make demo` converts it (`rltap.demo_model`), on the embedded transformers
+engine, fp32, one torch thread; each framework runs in its own venv (bench/rl_sanity.py's, made
+by the Makefile's target when missing). The bench's flags, when given, win over train.toml.
 
 Printed: per run the held-out reward (shaped) and pass@1 (right answers only) before (step 0)
 and after (the last step), then per framework the means, the seeds' spread (the standard
@@ -19,12 +20,14 @@ gain is more than twice that spread and at least 2 of the seeds improved. One pl
 `docs/learning-<framework>.png` (`--plots`), of the held-out reward per step and seed.
 
     .venv/bin/python bench/learn_frameworks.py [--frameworks langchain openai_agents camel]
-        [--seeds 0 1 2] [--steps 8] [--rows-per-step 4] [--group-size 4] [--lr 1e-4]
-        [--eval-every 4] [--eval-rows 16] [--out runs] [--plots docs] [--dry-run]
+        [--seeds 0 1 2] [--steps 8] [--eval-rows 16] [--out runs] [--plots docs] [--dry-run]
+        [--rows-per-step N] [--group-size N] [--lr LR] [--temperature T] [--eval-every N]
 
-A seed's run at the defaults takes 8 to 10 minutes on this 2-core machine (each step about a
-minute: half rollouts, half training; three greedy evaluations of 16 rows), so three seeds fit
-the 30 minutes a framework is given; CAMEL's episodes are three agents long and slower.
+A seed's run at the defaults takes 7 to 15 minutes on this 2-core machine (a step 25 to 90 s:
+a third rollouts, the rest training; three greedy evaluations of 16 rows), so three seeds fit
+the 30 minutes a framework is given when nothing else runs; CAMEL's episodes are three agents
+long and slower. One run holds 12 to 15 GB of RSS by its last step (docs/learning.md): run one
+at a time on a 24 GB machine.
 """
 
 from __future__ import annotations

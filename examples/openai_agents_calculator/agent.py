@@ -26,6 +26,7 @@ INSTRUCTIONS = (
     "with one line: 'Final answer: <number>'."
 )
 MARKER = "final answer:"
+NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _OPERATORS: dict[type[ast.AST], Callable[..., float]] = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
@@ -84,13 +85,18 @@ def final_answer(text: str) -> str:
     return lines[0].strip().rstrip(".").strip()
 
 
+def answer_number(text: str) -> float | None:
+    """The last number of the final answer ("12 + 6 = 18." gives 18), None without one."""
+    numbers = NUMBER.findall(final_answer(text))
+    return float(numbers[-1]) if numbers else None
+
+
 def exact_match(result: Any, row: Any) -> float:
-    """1.0 when the final answer is exactly the row's answer, else 0.0."""
-    return float(final_answer(str(result.final_output)) == str(row["answer"]))
+    """1.0 when the final answer's number is the row's answer, else 0.0."""
+    return float(answer_number(str(result.final_output)) == float(row["answer"]))
 
 
 FORMAT = re.compile(r"final answer:\s*-?\d+(?:\.\d+)?", re.IGNORECASE)
-NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 FORMAT_CREDIT = 0.2
 TOOL_CREDIT = 0.2
 CLOSENESS_CREDIT = 0.3
@@ -112,13 +118,13 @@ def right_tool_call(result: Any, row: Any) -> bool:
 
 
 def closeness(text: str, answer: str) -> float:
-    """How near the final answer's last number is to the answer: 1 - |error| / max(|answer|,
-    1), down to 0 (and 0 with no number)."""
-    numbers = NUMBER.findall(final_answer(text))
-    if not numbers:
+    """How near the final answer's number is to the answer: 1 - |error| / max(|answer|, 1),
+    down to 0 (and 0 with no number)."""
+    number = answer_number(text)
+    if number is None:
         return 0.0
     expected = float(answer)
-    return max(0.0, 1.0 - abs(float(numbers[-1]) - expected) / max(abs(expected), 1.0))
+    return max(0.0, 1.0 - abs(number - expected) / max(abs(expected), 1.0))
 
 
 def shaped_reward(result: Any, row: Any) -> float:

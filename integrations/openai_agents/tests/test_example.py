@@ -80,6 +80,28 @@ def test_final_answer_is_what_follows_the_marker(
     assert example.final_answer(text) == expected
 
 
+class _Result:
+    def __init__(self, final_output: str) -> None:
+        self.final_output = final_output
+
+
+@pytest.mark.parametrize(
+    ("text", "exact"),
+    [
+        pytest.param("Final answer: 42", 1.0, id="marked"),
+        pytest.param("6 * 7 = 42.", 1.0, id="an-equation-ending-on-it"),
+        pytest.param("Final answer: 42.0", 1.0, id="the-same-number"),
+        pytest.param("42 is not it.\nFinal answer: 41", 0.0, id="the-marked-one-counts"),
+        pytest.param("6 * 7 = 42 or 43", 0.0, id="the-last-number-counts"),
+        pytest.param("forty-two", 0.0, id="no-number"),
+    ],
+)
+def test_exact_match_reads_the_final_answers_number(
+    example: ModuleType, text: str, exact: float
+) -> None:
+    assert example.exact_match(_Result(text), {"answer": "42"}) == exact
+
+
 @pytest.mark.parametrize(
     ("expression", "expected"),
     [
