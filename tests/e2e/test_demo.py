@@ -132,9 +132,7 @@ def test_training_is_the_langchain_agent_with_its_examples_settings(tmp_path: Pa
     from rltap.demo_train import TRAIN_EXAMPLE, TRAIN_STEPS, plan_training
 
     python = Path(sys.executable)
-    run = plan_training(
-        REPO_ROOT, tmp_path, python=python, model="/models/m", max_tokens=96, tiny=False
-    )
+    run = plan_training(REPO_ROOT, tmp_path, python=python, model="/models/m", tiny=False)
     folder = REPO_ROOT / TRAIN_EXAMPLE
     command = run.command
     assert command[:5] == [
@@ -161,7 +159,7 @@ def test_training_is_the_langchain_agent_with_its_examples_settings(tmp_path: Pa
     assert 0 < len(held_out) < 16
 
     missing = plan_training(
-        REPO_ROOT, tmp_path, python=tmp_path / "no-python", model="m", max_tokens=96, tiny=True
+        REPO_ROOT, tmp_path, python=tmp_path / "no-python", model="m", tiny=True
     )
     assert not missing.command
     assert "no-python" in missing.problem

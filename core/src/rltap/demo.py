@@ -323,7 +323,6 @@ def demo_command(config: DemoConfig) -> int:
         run_dir,
         python=_pythons(root, config.python or [])[TRAIN_FRAMEWORK],
         model=model,
-        max_tokens=config.serve.chat.default_max_tokens,
         tiny=config.tiny,
     )
     serve = dataclasses.replace(config.serve, engine=dataclasses.replace(engine, model=model))

@@ -68,9 +68,7 @@ class TrainRun:
         return self.returncode == 0
 
 
-def plan_training(
-    root: Path, run_dir: Path, *, python: Path, model: str, max_tokens: int, tiny: bool
-) -> TrainRun:
+def plan_training(root: Path, run_dir: Path, *, python: Path, model: str, tiny: bool) -> TrainRun:
     """`rltap train` of the LangChain example on `model` in the venv of `python`, into
     `run_dir/train`; the held-out rows it evaluates are copied to `run_dir/train-eval.jsonl`."""
     folder = root / TRAIN_EXAMPLE
@@ -88,8 +86,7 @@ def plan_training(
         str(python), "-m", "rltap.cli", "train", f"{folder / 'agent.py'}:{TRAIN_AGENT}",
         "--config", str(folder / "train.toml"), "--data", str(folder / "train.jsonl"),
         "--eval-data", str(held_out), "--model", model, "--out", str(run.out_dir),
-        "--steps", str(steps), "--save-every", str(steps),
-        "--default-max-tokens", str(max_tokens), *TRAIN_FLAGS,
+        "--steps", str(steps), "--save-every", str(steps), *TRAIN_FLAGS,
     ]  # fmt: skip
     return run
 
