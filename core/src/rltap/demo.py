@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import os
 import secrets
 import sys
 import time
@@ -33,7 +32,7 @@ from rich.table import Table
 from transformers.utils import logging as transformers_logging
 
 from rltap.demo_model import demo_model
-from rltap.demo_train import TRAIN_FRAMEWORK, plan_training, train_framework_agent
+from rltap.demo_train import TRAIN_FRAMEWORK, logged_child, plan_training, train_framework_agent
 from rltap.protocols import SPECS
 from rltap.proxy import ProxyServer, ServeSetup, create_app, serve_config
 from rltap.rollout import LEDGER, SUMMARY, RolloutSummary
@@ -164,28 +163,14 @@ def _load_summary(out_dir: Path) -> RolloutSummary | None:
 
 
 async def _run_child(run: DemoRun, proxy_url: str, admin_key: str, root: Path) -> None:
-    env = {
-        **os.environ,
-        "RLTAP_ADMIN_KEY": admin_key,  # not on the command line, where `ps` shows it
-        "PYTHONUNBUFFERED": "1",
-        "OMP_NUM_THREADS": "1",
-        "COLUMNS": "160",
-    }
     command = [*run.command, "--proxy", proxy_url]
     started = time.monotonic()
-    with run.log.open("wb") as log:
-        log.write(f"$ {' '.join(command)}\n".encode())
-        log.flush()
-        process = await asyncio.create_subprocess_exec(
-            *command, stdout=log, stderr=asyncio.subprocess.STDOUT, env=env, cwd=root
-        )
-        try:
+    try:
+        # The admin key in the environment: on the command line `ps` would show it.
+        async with logged_child(command, run.log, root, RLTAP_ADMIN_KEY=admin_key) as process:
             run.returncode = await process.wait()
-        finally:
-            if process.returncode is None:
-                process.terminate()
-                await process.wait()
-            run.wall_seconds = time.monotonic() - started
+    finally:
+        run.wall_seconds = time.monotonic() - started
     run.summary = _load_summary(run.out_dir)
     if not run.ok:
         run.problem = f"exit {run.returncode}; see {run.log}"

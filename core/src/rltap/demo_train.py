@@ -14,9 +14,10 @@ the agents learn (docs/learning.md).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,11 +29,13 @@ from rltap.train.loop import print_run
 from rltap.train.run_dir import METRICS
 
 __all__ = [
+    "CHILD_ENV",
     "TRAIN_EXAMPLE",
     "TRAIN_FRAMEWORK",
     "TRAIN_STEPS",
     "TRAIN_STEPS_TINY",
     "TrainRun",
+    "logged_child",
     "plan_training",
     "run_training_child",
     "train_framework_agent",
@@ -100,20 +103,44 @@ def _steps_done(run: TrainRun) -> int:
     return sum(orjson.loads(line)["step"] > 0 for line in lines if line.endswith(b"}"))
 
 
-async def run_training_child(run: TrainRun, root: Path, console: Console) -> None:
-    """Run `run.command` with a progress bar of its steps; its output goes to `run.log`."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "COLUMNS": "160",
-           "HF_HUB_DISABLE_PROGRESS_BARS": "1"}  # fmt: skip
-    columns = (TextColumn("{task.description:<14}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("steps"), TimeElapsedColumn())  # fmt: skip
-    with run.log.open("wb") as log, Progress(*columns, console=console) as progress:
-        log.write(f"$ {' '.join(run.command)}\n".encode())
+# Every child process of the demo: unbuffered output into its log, one OpenMP thread each (two
+# shared cores), log lines 160 columns wide.
+CHILD_ENV = {"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "COLUMNS": "160"}
+
+
+@contextlib.asynccontextmanager
+async def logged_child(
+    command: list[str], log_path: Path, cwd: Path, **env: str
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """`command` started with `env` on top of `CHILD_ENV`, its output (after a `$ command` line)
+    in `log_path`; terminated if the block is left before it ends."""
+    with log_path.open("wb") as log:
+        log.write(f"$ {' '.join(command)}\n".encode())
         log.flush()
-        task = progress.add_task("rltap train", total=run.steps)
         process = await asyncio.create_subprocess_exec(
-            *run.command, stdout=log, stderr=asyncio.subprocess.STDOUT, env=env, cwd=root
+            *command,
+            stdout=log,
+            stderr=asyncio.subprocess.STDOUT,
+            env={**os.environ, **CHILD_ENV, **env},
+            cwd=cwd,
         )
         try:
+            yield process
+        finally:
+            if process.returncode is None:
+                process.terminate()
+                await process.wait()
+
+
+async def run_training_child(run: TrainRun, root: Path, console: Console) -> None:
+    """Run `run.command` with a progress bar of its steps; its output goes to `run.log`."""
+    columns = (TextColumn("{task.description:<14}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("steps"), TimeElapsedColumn())  # fmt: skip
+    with Progress(*columns, console=console) as progress:
+        task = progress.add_task("rltap train", total=run.steps)
+        async with logged_child(
+            run.command, run.log, root, HF_HUB_DISABLE_PROGRESS_BARS="1"
+        ) as process:
             while process.returncode is None:
                 progress.update(task, completed=_steps_done(run))
                 try:
@@ -121,10 +148,6 @@ async def run_training_child(run: TrainRun, root: Path, console: Console) -> Non
                 except TimeoutError:
                     continue
             progress.update(task, completed=_steps_done(run))
-        finally:
-            if process.returncode is None:
-                process.terminate()
-                await process.wait()
     run.returncode = process.returncode
     if not run.ok:
         run.problem = f"exit {run.returncode}; see {run.log}"
