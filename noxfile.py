@@ -48,11 +48,11 @@ def _install(session: nox.Session, *requirements: str) -> None:
 @nox.session(python="3.11")
 @nox.parametrize("framework", FRAMEWORKS)
 def integration(session: nox.Session, framework: str) -> None:
-    """Install core (with Ray: each adapter's tests run its example on Ray rollout actors too)
-    + one adapter with its framework, then run that adapter's tests."""
-    _install(
-        session, "-e", "core[embedded,testing,ray]", "-e", f"integrations/{framework}", *TEST_TOOLS
-    )
+    """Install core (with Ray: each adapter's tests run its example on Ray rollout actors too;
+    with `train`: `make demo` and bench/learn_frameworks.py run `rltap train` on the examples in
+    these venvs) + one adapter with its framework, then run that adapter's tests."""
+    core = "core[embedded,testing,ray,train]"
+    _install(session, "-e", core, "-e", f"integrations/{framework}", *TEST_TOOLS)
     session.run("pytest", "-q", "-p", "no:cacheprovider", f"integrations/{framework}/tests")
 
 

@@ -164,3 +164,23 @@ def test_training_is_the_langchain_agent_with_its_examples_settings(tmp_path: Pa
     assert not missing.command
     assert "no-python" in missing.problem
     assert "make demo-venvs" in missing.problem
+
+
+def test_a_failed_training_run_shows_the_end_of_its_log(tmp_path: Path) -> None:
+    import asyncio
+    import io
+
+    from rich.console import Console
+
+    from rltap.demo_train import TrainRun, run_training_child
+
+    run = TrainRun(tmp_path / "train", steps=2)
+    script = "import sys\nfor i in range(40): print('line', i)\nsys.exit('ValueError: [bad] pack')"
+    run.command = [sys.executable, "-c", script]
+    asyncio.run(run_training_child(run, tmp_path, Console(file=io.StringIO())))
+
+    assert run.returncode == 1
+    assert run.problem.startswith(f"exit 1; see {run.log}; it ends:\n")
+    shown = run.problem.splitlines()[1:]
+    assert shown[-1] == "ValueError: [bad] pack"  # the error, not only the exit status
+    assert shown[0] == "line 16"  # the last 25 lines of the log

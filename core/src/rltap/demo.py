@@ -32,7 +32,13 @@ from rich.table import Table
 from transformers.utils import logging as transformers_logging
 
 from rltap.demo_model import demo_model
-from rltap.demo_train import TRAIN_FRAMEWORK, logged_child, plan_training, train_framework_agent
+from rltap.demo_train import (
+    TRAIN_FRAMEWORK,
+    child_failure,
+    logged_child,
+    plan_training,
+    train_framework_agent,
+)
 from rltap.protocols import SPECS
 from rltap.proxy import ProxyServer, ServeSetup, create_app, serve_config
 from rltap.rollout import LEDGER, SUMMARY, RolloutSummary
@@ -173,7 +179,7 @@ async def _run_child(run: DemoRun, proxy_url: str, admin_key: str, root: Path) -
         run.wall_seconds = time.monotonic() - started
     run.summary = _load_summary(run.out_dir)
     if not run.ok:
-        run.problem = f"exit {run.returncode}; see {run.log}"
+        run.problem = child_failure(run.returncode, run.log)
 
 
 def _rows_done(run: DemoRun) -> int:
@@ -322,7 +328,7 @@ def demo_command(config: DemoConfig) -> int:
     out.print(model_note)
     for run in runs:
         if run.problem:
-            out.print(f"[yellow]{run.framework}: {run.problem}")
+            out.print(f"{run.framework}: {run.problem}", style="yellow", markup=False)
         if run.summary and run.summary.errors:
             out.print(f"[yellow]{run.framework}: first episode error: {run.summary.errors[0]}")
     train_framework_agent(train, root, console, out, _shown)

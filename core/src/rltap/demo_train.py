@@ -35,6 +35,7 @@ __all__ = [
     "TRAIN_STEPS",
     "TRAIN_STEPS_TINY",
     "TrainRun",
+    "child_failure",
     "logged_child",
     "plan_training",
     "run_training_child",
@@ -132,6 +133,18 @@ async def logged_child(
                 await process.wait()
 
 
+# Lines of a failed child's log shown with its exit status (the log's end holds the error).
+FAILURE_LINES = 25
+
+
+def child_failure(returncode: int | None, log_path: Path) -> str:
+    """Why a child of the demo failed: its exit status, its log and the log's last lines."""
+    lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
+    # rich redraws a progress bar with carriage returns: a line's last drawing is what was seen
+    last = [line.rsplit("\r", 1)[-1] for line in lines[-FAILURE_LINES:]]
+    return f"exit {returncode}; see {log_path}; it ends:\n" + "\n".join(last)
+
+
 async def run_training_child(run: TrainRun, root: Path, console: Console) -> None:
     """Run `run.command` with a progress bar of its steps; its output goes to `run.log`."""
     columns = (TextColumn("{task.description:<14}"), BarColumn(), MofNCompleteColumn(),
@@ -150,7 +163,7 @@ async def run_training_child(run: TrainRun, root: Path, console: Console) -> Non
             progress.update(task, completed=_steps_done(run))
     run.returncode = process.returncode
     if not run.ok:
-        run.problem = f"exit {run.returncode}; see {run.log}"
+        run.problem = child_failure(run.returncode, run.log)
 
 
 def train_framework_agent(
@@ -166,6 +179,6 @@ def train_framework_agent(
         asyncio.run(run_training_child(run, root, console))
         console.print(f"rltap train took {time.monotonic() - started:.1f} s")
     if run.problem:
-        out.print(f"[yellow]rltap train: {run.problem}")
+        out.print(f"rltap train: {run.problem}", style="yellow", markup=False)
         return
     print_run(out, run.out_dir, label="train run files", shown=shown)
