@@ -23,18 +23,21 @@ gain is more than twice that spread and at least 2 of the seeds improved. One pl
         [--seeds 0 1 2] [--steps 8] [--eval-rows 16] [--out runs] [--plots docs] [--dry-run]
         [--rows-per-step N] [--group-size N] [--lr LR] [--temperature T] [--eval-every N]
 
-A seed's run at the defaults takes 7 to 15 minutes on this 2-core machine (a step 25 to 90 s:
-a third rollouts, the rest training; three greedy evaluations of 16 rows), so three seeds fit
-the 30 minutes a framework is given when nothing else runs; CAMEL's episodes are three agents
-long and slower. One run holds 12 to 15 GB of RSS by its last step (docs/learning.md): run one
-at a time on a 24 GB machine.
+The seeds of a framework run at once (`--jobs`, default 3), each `rltap train` on one torch
+thread, its output in `<framework>/seed-N/train.log`; the bars show each seed's steps. A seed's
+run at the defaults takes 7 to 16 minutes on this 2-core machine alone (a step 25 to 90 s: a
+third rollouts, the rest training; three greedy evaluations of 16 rows); three at once share the
+two cores and took about 16 minutes in all (docs/learning.md). `rltap train` bounds its heap
+(`rltap.train.memory`): a run holds about 5 GB, so three fit in 24 GB. CAMEL's episodes are
+three agents long and slower.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import statistics
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -42,10 +45,14 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from rltap.demo_train import CHILD_ENV
+from rltap.train.run_dir import read_metrics, updates_logged
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from rl_sanity import EXAMPLES, ROOT, framework_python, run_logged, smollm2_dir
+from rl_sanity import EXAMPLES, ROOT, framework_python, smollm2_dir
 
 RECIPE_FLAGS = {"--rows-per-step": int, "--group-size": int, "--lr": float, "--temperature": float,
                 "--eval-every": int, "--default-max-tokens": int}  # fmt: skip
@@ -83,6 +90,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for flag, kind in RECIPE_FLAGS.items():
         parser.add_argument(flag, type=kind, help="default: the example's train.toml")
     parser.add_argument("--eval-rows", type=int, default=16, help="held-out rows evaluated")
+    parser.add_argument("--jobs", type=int, default=3, help="seeds run at once (default 3)")
     parser.add_argument("--model", help="model folder (default: the cached SmolLM2 conversion)")
     parser.add_argument("--out", default="runs", help="parent folder of the runs")
     parser.add_argument("--plots", help="folder for learning-<framework>.png (e.g. docs)")
@@ -132,10 +140,10 @@ def runs_table(runs: list[Run]) -> Table:
     return table
 
 
-def verdict_table(runs: list[Run]) -> Table:
+def verdict_table(runs: list[Run], minutes: dict[str, float]) -> Table:
     table = Table(title="learn_frameworks: per framework (goal: gain > 2 x spread, 2 of 3 seeds)")
     for column in ("framework", "before", "after", "mean gain", "spread", "seeds improved",
-                   "learns"):  # fmt: skip
+                   "learns", "minutes"):  # fmt: skip
         table.add_column(column, justify="right")
     for framework in dict.fromkeys(r.framework for r in runs):
         mine = [r for r in runs if r.framework == framework]
@@ -148,6 +156,7 @@ def verdict_table(runs: list[Run]) -> Table:
             framework, f"{statistics.fmean(r.before['eval_reward'] for r in mine):.3f}",
             f"{statistics.fmean(r.after['eval_reward'] for r in mine):.3f}", f"{mean:+.3f}",
             f"{spread:.3f}", f"{improved}/{len(mine)}", "yes" if learns else "no",
+            f"{minutes[framework]:.1f}",
         )  # fmt: skip
     return table
 
@@ -176,34 +185,96 @@ def plot(runs: list[Run], folder: Path) -> list[Path]:
     return written
 
 
+@dataclass(slots=True)
+class SeedRun:
+    """One seed's `rltap train` child: where it writes, and its process once started."""
+
+    seed: int
+    folder: Path
+    command: list[str]
+    process: subprocess.Popen[bytes] | None = None
+    started: float = 0.0
+    seconds: float = 0.0
+
+    @property
+    def log(self) -> Path:
+        return self.folder / "train.log"
+
+
+def run_seeds(seeds: list[SeedRun], jobs: int, steps: int, console: Console) -> None:
+    """The seeds' runs, `jobs` at a time (each one torch thread; its output in its log), with a
+    bar per seed of the steps it has logged."""
+    env = {**os.environ, **CHILD_ENV, "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+    waiting = list(seeds)
+    running: list[SeedRun] = []
+    columns = (TextColumn("{task.description:<8}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("steps"), TimeElapsedColumn())  # fmt: skip
+    with Progress(*columns, console=console) as progress:
+        bars = {
+            s.seed: progress.add_task(f"seed {s.seed}", total=steps, start=False) for s in seeds
+        }
+        while waiting or running:
+            while waiting and len(running) < jobs:
+                s = waiting.pop(0)
+                console.print(f"$ {' '.join(s.command)}", style="dim", soft_wrap=True)
+                with s.log.open("wb") as log:
+                    s.process = subprocess.Popen(s.command, stdout=log, stderr=subprocess.STDOUT,
+                                                 cwd=ROOT, env=env)  # fmt: skip
+                s.started = time.monotonic()
+                progress.start_task(bars[s.seed])
+                running.append(s)
+            time.sleep(2.0)
+            for s in list(running):
+                assert s.process is not None
+                progress.update(bars[s.seed], completed=updates_logged(s.folder / "train"))
+                if s.process.poll() is None:
+                    continue
+                s.seconds = time.monotonic() - s.started
+                running.remove(s)
+                progress.stop_task(bars[s.seed])
+                if s.process.returncode != 0:
+                    for other in running:
+                        other.process.terminate()  # type: ignore[union-attr]
+                    msg = f"seed {s.seed}: exit {s.process.returncode} (see {s.log})"
+                    raise SystemExit(msg)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     console = Console(stderr=True)
     model = smollm2_dir(args, console)
     out = Path(args.out).resolve() / time.strftime("learn-frameworks-%Y%m%d-%H%M%S")
     runs: list[Run] = []
+    minutes: dict[str, float] = {}
     for framework in args.frameworks:
         args.framework = framework
         python = framework_python(args, console)
+        seeds = []
         for seed in args.seeds:
-            run_out = out / framework / f"seed-{seed}"
-            rows = run_out / "eval-rows.jsonl"
+            folder = out / framework / f"seed-{seed}"
+            rows = folder / "eval-rows.jsonl"
             if not args.dry_run:
-                run_out.mkdir(parents=True)
+                folder.mkdir(parents=True)
                 held_out(ROOT / EXAMPLES[framework][0], args.eval_rows, rows)
-            console.print(f"[bold]{framework}, seed {seed}")
-            command = train_command(args, python, framework, seed, run_out / "train", model, rows)
-            seconds = run_logged(command, run_out / "train.log", console, dry_run=args.dry_run)
-            if args.dry_run:
-                continue
-            lines = (run_out / "train" / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
-            runs.append(Run(framework, seed, [json.loads(line) for line in lines], seconds))
-            console.print(runs_table(runs[-1:]))
+            command = train_command(args, python, framework, seed, folder / "train", model, rows)
+            seeds.append(SeedRun(seed, folder, command))
+        if args.dry_run:
+            for s in seeds:
+                console.print(f"$ {' '.join(s.command)}", style="dim", soft_wrap=True)
+            continue
+        console.print(f"[bold]{framework}: seeds {args.seeds}, {args.jobs} at a time")
+        started = time.monotonic()
+        run_seeds(seeds, args.jobs, args.steps, console)
+        minutes[framework] = (time.monotonic() - started) / 60
+        for s in seeds:
+            metrics = read_metrics(s.folder / "train")
+            runs.append(Run(framework, s.seed, metrics, s.seconds))
+        console.print(runs_table(runs[-len(seeds) :]))
     if args.dry_run:
         return 0
     shown = Console() if sys.stdout.isatty() else Console(width=160)
     shown.print(runs_table(runs))
-    shown.print(verdict_table(runs))
+    shown.print(verdict_table(runs, minutes))
     if args.plots:
         for path in plot(runs, Path(args.plots)):
             shown.print(f"plot: {path}")

@@ -21,12 +21,11 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import orjson
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from rltap.train.loop import print_run
-from rltap.train.run_dir import METRICS
+from rltap.train.run_dir import updates_logged
 
 __all__ = [
     "CHILD_ENV",
@@ -95,15 +94,6 @@ def plan_training(root: Path, run_dir: Path, *, python: Path, model: str, tiny: 
     return run
 
 
-def _steps_done(run: TrainRun) -> int:
-    """Updates written to the run's metrics so far (step 0 is the evaluation before them)."""
-    metrics = run.out_dir / METRICS
-    if not metrics.is_file():
-        return 0
-    lines = metrics.read_bytes().splitlines()
-    return sum(orjson.loads(line)["step"] > 0 for line in lines if line.endswith(b"}"))
-
-
 # Every child process of the demo: unbuffered output into its log, one OpenMP thread each (two
 # shared cores), log lines 160 columns wide.
 CHILD_ENV = {"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "COLUMNS": "160"}
@@ -155,12 +145,12 @@ async def run_training_child(run: TrainRun, root: Path, console: Console) -> Non
             run.command, run.log, root, HF_HUB_DISABLE_PROGRESS_BARS="1"
         ) as process:
             while process.returncode is None:
-                progress.update(task, completed=_steps_done(run))
+                progress.update(task, completed=updates_logged(run.out_dir))
                 try:
                     await asyncio.wait_for(process.wait(), timeout=1.0)
                 except TimeoutError:
                     continue
-            progress.update(task, completed=_steps_done(run))
+            progress.update(task, completed=updates_logged(run.out_dir))
     run.returncode = process.returncode
     if not run.ok:
         run.problem = child_failure(run.returncode, run.log)

@@ -57,6 +57,7 @@ from rltap.rollout import BATCH, RolloutSummary, load_rows, run_rollout
 from rltap.rollout_io import load_trajectories
 from rltap.train.config import train_settings
 from rltap.train.lora import LoraMismatch, is_adapter_folder, lora_model
+from rltap.train.memory import trim_heap
 from rltap.train.run_dir import Checkpoint, RunDir
 from rltap.train.shared import Hold, local_training
 from rltap.train.sync import WeightSync
@@ -251,6 +252,7 @@ async def run_training(config: TrainConfig, console: Console) -> TrainSummary:
                 if loop.evaluates(step):
                     metrics.update(await loop.evaluate(step, workflow, progress))
                 loop.record(step, metrics, tokenizer)
+                trim_heap()  # the step's freed memory back to the system (rltap.train.memory)
                 summary.rewards.append(metrics["reward_mean"])
                 summary.last_step = step
                 live = f"reward {metrics['reward_mean']:+.3f} | v{loop.version}"

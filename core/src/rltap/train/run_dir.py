@@ -69,6 +69,8 @@ __all__ = [
     "TRAIN_EXTRA",
     "Checkpoint",
     "RunDir",
+    "read_metrics",
+    "updates_logged",
 ]
 
 METRICS = "metrics.jsonl"
@@ -142,6 +144,21 @@ class Checkpoint:
         return self.path / OPTIMIZER
 
 
+def read_metrics(run: Path) -> list[dict[str, Any]]:
+    """`run`'s metrics.jsonl, one dict per logged step; also while the run's process writes it."""
+    path = Path(run) / METRICS
+    if not path.exists():
+        return []
+    lines = path.read_text(encoding="utf-8").split("\n")
+    # A line being written (or a run killed mid-write) has no newline yet: not a logged step.
+    return [json.loads(line) for line in lines[:-1] if line]
+
+
+def updates_logged(run: Path) -> int:
+    """The training steps `run` has logged so far (not step 0, the evaluation before them)."""
+    return sum(m["step"] > 0 for m in read_metrics(run))
+
+
 class RunDir:
     """The folder of one training run (layout in the module docstring); one process writes it."""
 
@@ -197,13 +214,7 @@ class RunDir:
 
     def metrics(self) -> list[dict[str, Any]]:
         """metrics.jsonl read back, one dict per logged step."""
-        path = self.path / METRICS
-        if not path.exists():
-            return []
-        text = path.read_text(encoding="utf-8")
-        lines = text.split("\n")
-        # A run killed mid-write leaves a last line without its newline: not a logged step.
-        return [json.loads(line) for line in lines[:-1] if line]
+        return read_metrics(self.path)
 
     def _tensorboard(self) -> SummaryWriter:
         if self._writer is None:
