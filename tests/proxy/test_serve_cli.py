@@ -104,3 +104,22 @@ def test_serve_flags_reach_the_session_config(
     config = from_namespace(ServerConfig, args).serve
     session = serve_config(config, "k" * 32).config.session
     assert (session.strict_max_tokens, session.drop_unsupported_content) == (strict, drop)
+
+
+def test_a_loaded_tokenizer_is_the_renderers_own(tiny_model_dir: Path) -> None:
+    from transformers import AutoTokenizer
+
+    from rltap.config import EngineConfig, ServeConfig
+    from rltap.proxy import serve_config
+
+    script = "rltap.testing.scripts:echo"
+    config = ServeConfig(
+        engine=EngineConfig(engine="scripted", script=script, model=str(tiny_model_dir))
+    )
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    shared = serve_config(config, "k" * 32, tokenizer=tokenizer).renderer
+    loaded = serve_config(config, "k" * 32).renderer
+    assert shared.tokenizer is tokenizer
+    assert loaded.tokenizer is not tokenizer
+    assert shared.end_of_turn_ids == loaded.end_of_turn_ids
+    assert shared.stop_token_ids == loaded.stop_token_ids  # generation_config.json's still read

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rltap.config import EngineConfig, LoopConfig, RayConfig, ServeConfig, TrainConfig
 from rltap.config.train import LoraConfig
@@ -88,11 +88,13 @@ async def test_without_async_the_engine_generates_with_the_trainer_model(
     copied = TransformersEngine(str(tiny_model_dir))  # what a second copy does
     await copied.start()
     config = train_config(tiny_model_dir, tmp_path / "run")
-    async with local_training(config, model, tmp_path / "sync") as local:
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))  # the run's, for checkpoints
+    async with local_training(config, model, tmp_path / "sync", tokenizer=tokenizer) as local:
         engine = local.serving.engine
         assert isinstance(engine, TransformersEngine)
         assert engine.model is model
         before = await engine.generate(greedy())
+        assert engine.tokenizer is tokenizer  # one copy of the tokenizer too
         assert before.output_tokens == (await copied.generate(greedy())).output_tokens
 
         async with local.exclusive():  # the loop's training step: no decode step meanwhile

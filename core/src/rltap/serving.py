@@ -10,6 +10,7 @@ import contextlib
 import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 from rltap.config import RolloutConfig, ServeConfig
 from rltap.engines.base import InferenceEngine
@@ -31,12 +32,12 @@ class Serving:
 
 @contextlib.asynccontextmanager
 async def local_proxy(
-    config: ServeConfig, *, engine: InferenceEngine | None = None
+    config: ServeConfig, *, engine: InferenceEngine | None = None, tokenizer: Any = None
 ) -> AsyncIterator[Serving]:
     """The engine of `config` (or `engine`, built by the caller) behind a proxy on this event
-    loop (a fresh admin key)."""
+    loop (a fresh admin key), rendering with `tokenizer` when the caller has it loaded."""
     admin_key = secrets.token_urlsafe(24)
-    setup = serve_config(config, admin_key, engine=engine)
+    setup = serve_config(config, admin_key, engine=engine, tokenizer=tokenizer)
     pad = setup.renderer.tokenizer.pad_token_id or 0
     async with ProxyServer(create_app(setup.engine, setup.renderer, setup.config)) as server:
         yield Serving(setup.engine, server.url, admin_key, int(pad))
@@ -66,11 +67,11 @@ def agent_workflow(config: RolloutConfig, proxy_url: str, admin_key: str) -> Ope
 
 @contextlib.asynccontextmanager
 async def local_workflow(
-    config: RolloutConfig, *, engine: InferenceEngine | None = None
+    config: RolloutConfig, *, engine: InferenceEngine | None = None, tokenizer: Any = None
 ) -> AsyncIterator[tuple[Serving, OpenAIProxyWorkflow]]:
-    """`local_proxy` (on `engine`, when given) and the config's agent against it; the workflow
-    is closed first at the end."""
-    async with local_proxy(config.serve, engine=engine) as serving:
+    """`local_proxy` (on `engine` and with `tokenizer`, when given) and the config's agent
+    against it; the workflow is closed first at the end."""
+    async with local_proxy(config.serve, engine=engine, tokenizer=tokenizer) as serving:
         workflow = agent_workflow(config, serving.url, serving.admin_key)
         async with contextlib.aclosing(workflow):
             yield serving, workflow

@@ -150,10 +150,15 @@ class ServeSetup:
 
 
 def serve_config(
-    config: ServeConfig, admin_key: str, *, engine: InferenceEngine | None = None
+    config: ServeConfig,
+    admin_key: str,
+    *,
+    engine: InferenceEngine | None = None,
+    tokenizer: Any = None,
 ) -> ServeSetup:
     """Engine, renderer and proxy config from `rltap serve`'s settings; `engine`, when given,
-    serves instead of the one the settings name (`rltap train`'s on the trainer's model)."""
+    serves instead of the one the settings name (`rltap train`'s on the trainer's model), and
+    the renderer renders with `tokenizer`, when given (the settings' tokenizer, already loaded)."""
     store, retention = _store_settings(config.store)  # before the engine loads: fail fast
     engine_config, chat, limits = config.engine, config.chat, config.limits
     tokenizer_dir = engine_config.tokenizer or engine_config.model
@@ -170,7 +175,9 @@ def serve_config(
         device=engine_config.device,
         max_prefill_tokens=engine_config.max_prefill_tokens,
     )
-    renderer = ChatRenderer.from_pretrained(tokenizer_dir, mode=chat.chat_template_mode)
+    renderer = ChatRenderer.from_pretrained(
+        tokenizer_dir, mode=chat.chat_template_mode, tokenizer=tokenizer
+    )
     session = SessionConfig(
         max_context=_max_context(config, engine),
         default_max_tokens=chat.default_max_tokens,

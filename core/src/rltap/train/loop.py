@@ -233,7 +233,7 @@ async def run_training(config: TrainConfig, console: Console) -> TrainSummary:
     if first > steps:
         console.print(f"{run.path}: all {steps} steps are done (step-{first - 1})")
         return summary
-    async with _serving(config, loop, checkpoint is not None) as (workflow, sync):
+    async with _serving(config, loop, checkpoint is not None, tokenizer) as (workflow, sync):
         with progress_display(console) as progress:
             task = progress.add_task("train steps", total=steps, completed=first - 1, live="")
 
@@ -293,15 +293,16 @@ def _trainer(config: TrainConfig, checkpoint: Checkpoint | None, run: RunDir) ->
 
 @contextlib.asynccontextmanager
 async def _serving(
-    config: TrainConfig, loop: _Loop, resumed: bool
+    config: TrainConfig, loop: _Loop, resumed: bool, tokenizer: Any
 ) -> AsyncIterator[tuple[Any, WeightSync]]:
     """Where the run's episodes go (this process's proxy and engine, or with `--ray` the rollout
-    actors of `rltap.distributed`, style tree either way) and the weight sync to it."""
+    actors of `rltap.distributed`, style tree either way) and the weight sync to it; the local
+    proxy renders with the run's `tokenizer` (the checkpoints' too)."""
     serving: contextlib.AbstractAsyncContextManager[tuple[Any, WeightSync]]
     if config.ray.ray is not None:
         serving = ray_training(config.rollout(), loop.run.sync_dir())
     else:
-        serving = _local_serving(config, loop)
+        serving = _local_serving(config, loop, tokenizer)
     async with serving as (episodes, sync):
         if resumed:  # the engine starts from --model: give it the checkpoint's weights
             await sync.push(loop.trainer.model, loop.version)
@@ -309,8 +310,11 @@ async def _serving(
 
 
 @contextlib.asynccontextmanager
-async def _local_serving(config: TrainConfig, loop: _Loop) -> AsyncIterator[tuple[Any, WeightSync]]:
-    async with local_training(config, loop.trainer.model, loop.run.sync_dir()) as local:
+async def _local_serving(
+    config: TrainConfig, loop: _Loop, tokenizer: Any
+) -> AsyncIterator[tuple[Any, WeightSync]]:
+    model, sync_dir = loop.trainer.model, loop.run.sync_dir()
+    async with local_training(config, model, sync_dir, tokenizer=tokenizer) as local:
         loop.exclusive = local.exclusive
         yield local.workflow, local.sync
 

@@ -61,11 +61,14 @@ def generating_module(model: torch.nn.Module) -> torch.nn.Module:
     return model.get_base_model() if is_peft_model(model) else model  # type: ignore[operator]
 
 
-def shared_engine(config: EngineConfig, model: torch.nn.Module) -> TransformersEngine:
-    """The embedded engine of `config` on the loaded `model` (not a copy of it)."""
+def shared_engine(
+    config: EngineConfig, model: torch.nn.Module, tokenizer: Any = None
+) -> TransformersEngine:
+    """The embedded engine of `config` on the loaded `model` (not a copy of it), and on
+    `tokenizer` when given (the config's, loaded)."""
     return TransformersEngine(
         generating_module(model),
-        tokenizer=config.tokenizer or config.model,
+        tokenizer=tokenizer if tokenizer is not None else config.tokenizer or config.model,
         num_threads=config.num_threads,
         device=config.device,
         max_prefill_tokens=config.max_prefill_tokens,
@@ -99,17 +102,19 @@ class LocalTraining:
 
 @contextlib.asynccontextmanager
 async def local_training(
-    config: TrainConfig, model: torch.nn.Module, sync_dir: Path
+    config: TrainConfig, model: torch.nn.Module, sync_dir: Path, *, tokenizer: Any = None
 ) -> AsyncIterator[LocalTraining]:
     """This process's proxy and engine for `config`'s episodes (their sessions in the run
-    folder's capture store), on `model` itself when `shares_model`."""
+    folder's capture store), on `model` itself when `shares_model`. `tokenizer`, the run's
+    tokenizer the caller loaded, is the proxy's renderer's too (and the shared engine's): one
+    copy in the process, not three."""
     rollout: RolloutConfig = config.rollout()
     rollout = rollout.with_serve(rollout.serve.with_store(str(Path(rollout.out) / STORE_FILE)))
     if not shares_model(config, model):
-        async with local_workflow(rollout) as (serving, workflow):
+        async with local_workflow(rollout, tokenizer=tokenizer) as (serving, workflow):
             sync = weight_sync(serving.engine, sync_dir)
             yield LocalTraining(serving, workflow, sync, contextlib.nullcontext)
         return
-    engine = shared_engine(rollout.serve.engine, model)
-    async with local_workflow(rollout, engine=engine) as (serving, workflow):
+    engine = shared_engine(rollout.serve.engine, model, tokenizer)
+    async with local_workflow(rollout, engine=engine, tokenizer=tokenizer) as (serving, workflow):
         yield LocalTraining(serving, workflow, SharedModelSync(engine), engine.paused)
