@@ -27,9 +27,9 @@ The seeds of a framework run at once (`--jobs`, default 3), each `rltap train` o
 thread, its output in `<framework>/seed-N/train.log`; the bars show each seed's steps. A seed's
 run at the defaults takes 7 to 16 minutes on this 2-core machine alone (a step 25 to 90 s: a
 third rollouts, the rest training; three greedy evaluations of 16 rows); three at once share the
-two cores and took about 16 minutes in all (docs/learning.md). `rltap train` bounds its heap
-(`rltap.train.memory`): a run holds about 5 GB, so three fit in 24 GB. CAMEL's episodes are
-three agents long and slower.
+two cores and took 14 (LangChain), 14 (Agents SDK) and 20 (CAMEL, its tutor's role-play prompt
+is long) minutes in all (docs/learning.md). `rltap train` gives the heap's free pages back after
+every step (`rltap.train.memory`): a run peaks at 6.6 to 7.7 GB, so three fit in 24 GB.
 """
 
 from __future__ import annotations

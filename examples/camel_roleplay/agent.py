@@ -4,6 +4,8 @@ A Student (CAMEL's user agent) and a Math Tutor (the assistant agent, with a cal
 on a word problem. CAMEL's task-specify agent first turns the problem into a concrete task; all
 three agents call the policy through the proxy, so every call is recorded at the token level. The
 reward is 1.0 when the last number of the tutor's final answer is the row's answer, else 0.0.
+`ShapedAgent`, the one `rltap train` trains (train.toml), asks the tutor the row's task itself
+(no task specifier, the student's instruction scripted) and rewards it by `shaped_reward`.
 
     rltap rollout examples/camel_roleplay/agent.py:Agent --data examples/camel_roleplay/data.jsonl \
         --engine scripted --script rltap.testing.scripts:tool_loop --model <model dir> \
@@ -18,6 +20,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from camel.messages import BaseMessage
 from camel.societies import RolePlaying
 from camel.toolkits import FunctionTool
 
@@ -103,25 +106,26 @@ class Agent(CamelAdapter):
     """The role play as an rltap agent: `run(data)` plays one row and returns its reward."""
 
     reward = staticmethod(final_answer_reward)
+    specify_task = True  # CAMEL's task-specify agent first rewrites the row's task
+    answer_tokens = ANSWER_TOKENS
 
     def __init__(self) -> None:
         super().__init__(reward_fn=type(self).reward)
 
-    def episode(self, data: dict[str, Any], model: ProxyModel) -> str:
-        # A plain def: RolePlaying(...) runs the task-specify agent synchronously, so the adapter
-        # runs this in a thread of its own, off the event loop the in-process proxy serves on.
-        # Every agent runs on the policy behind the proxy; with_config shares the clients.
-        # name_agents makes each role send its name (X-Rltap-Agent), so the export's agent ids
-        # are "Math Tutor" and "Student" and `rltap rollout --agents "Math Tutor"` trains the
-        # tutor alone; the task-specify agent calls before that, with a backend named here.
+    def society(self, data: dict[str, Any], model: ProxyModel) -> RolePlaying:
+        """The row's role play, every agent on the policy behind the proxy (with_config shares
+        the clients). name_agents makes each role send its name (X-Rltap-Agent), so the export's
+        agent ids are "Math Tutor" and "Student" and `rltap rollout --agents "Math Tutor"` trains
+        the tutor alone; the task-specify agent calls before that, with a backend named here."""
         short = model.with_config(max_tokens=TURN_TOKENS)
-        society = name_agents(
+        return name_agents(
             RolePlaying(
                 assistant_role_name="Math Tutor",
                 user_role_name="Student",
                 task_prompt=data["task"],
+                with_task_specify=self.specify_task,
                 assistant_agent_kwargs={
-                    "model": model.with_config(max_tokens=ANSWER_TOKENS),
+                    "model": model.with_config(max_tokens=self.answer_tokens),
                     "tools": [FunctionTool(calculate)],
                 },
                 user_agent_kwargs={"model": short},
@@ -131,6 +135,11 @@ class Agent(CamelAdapter):
                 },
             )
         )
+
+    def episode(self, data: dict[str, Any], model: ProxyModel) -> str:
+        # A plain def: RolePlaying(...) runs the task-specify agent synchronously, so the adapter
+        # runs this in a thread of its own, off the event loop the in-process proxy serves on.
+        society = self.society(data, model)
         message = society.init_chat()
         answer = ""
         for _ in range(MAX_TURNS):
@@ -146,6 +155,22 @@ class Agent(CamelAdapter):
 
 class ShapedAgent(Agent):
     """The role play rewarded by `shaped_reward`: what `rltap train --agents "Math Tutor"`
-    trains (docs/learning.md)."""
+    trains (docs/learning.md). The tutor is asked the row's task as it is, in its role-play
+    system prompt and as the student's instruction: a 135M task specifier rewrote "Tom has 15
+    marbles and gives 10 away ..." into "create a math problem that requires creative thinking",
+    and a 135M student never asked it; no tutor can answer a sum it was never shown."""
 
     reward = staticmethod(shaped_reward)
+    specify_task = False
+    # "Final answer: 5", or a calculate call, is a few tokens; a 135M tutor's replies run on
+    # to the cap, so the cap is most of an episode's time (bench/learn_frameworks.py).
+    answer_tokens = 64
+
+    def episode(self, data: dict[str, Any], model: ProxyModel) -> str:
+        # The student's first instruction is the row's question: greedy, a 135M student answers
+        # "give me instructions" with "I'm ready to assist you" on a loop, and the tutor echoes it.
+        society = self.society(data, model)
+        society.init_chat()
+        question = f"Instruction: {data['task']}\nInput: None"
+        reply = society.assistant_agent.step(BaseMessage.make_user_message("Student", question))
+        return reply.msg.content if reply.msgs else ""

@@ -1,14 +1,19 @@
-"""examples/camel_roleplay's rewards: exact on the tutor's final answer, or shaped (to train)."""
+"""examples/camel_roleplay's rewards: exact on the tutor's final answer, or shaped (to train);
+the trained role play (`ShapedAgent`) asks the tutor the row's task as it is."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from rltap.rollout_io import load_trajectories
+from rltap.testing import cached_tiny_model_dir
 from rltap.workflow import load_object
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "camel_roleplay"
@@ -51,3 +56,29 @@ def test_the_word_problems_split_into_training_and_held_out_rows() -> None:
 
     assert (len(tasks("train")), len(tasks("eval"))) == (48, 16)
     assert not tasks("train") & tasks("eval")
+
+
+def test_the_trained_role_play_asks_the_tutor_the_rows_own_task(tmp_path: Path) -> None:
+    row = json.loads((EXAMPLE / "eval.jsonl").read_text().splitlines()[0])
+    data = tmp_path / "row.jsonl"
+    data.write_text(json.dumps(row) + "\n")
+    command = [
+        sys.executable, "-m", "rltap.cli", "rollout", f"{EXAMPLE / 'agent.py'}:ShapedAgent",
+        "--data", str(data), "--out", str(tmp_path / "out"), "--group-size", "1",
+        "--engine", "scripted", "--script", "rltap.testing.scripts:tool_loop",
+        "--model", str(cached_tiny_model_dir()), "--default-max-tokens", "16",
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr[-4000:]
+
+    lines = load_trajectories(tmp_path / "out")
+    # No task-specify call, no student call: the tutor, asked the row's task word for word, in
+    # its role-play prompt and as the student's instruction; its tool round and final answer.
+    assert {line["agent_id"] for line in lines} == {"Math Tutor"}
+    first = min(lines, key=lambda line: len(line["messages"]))
+    system, question = first["messages"][0], first["messages"][1]
+    assert (system["role"], question["role"]) == ("system", "user")
+    assert row["task"] in str(system["content"])
+    assert str(question["content"]) == f"Instruction: {row['task']}\nInput: None"
+    assert any("calculate" in str(line["output_message_list"]) for line in lines)
