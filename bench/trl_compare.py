@@ -1,21 +1,24 @@
 """rltap train vs TRL's GRPOTrainer: seconds and reward per step on the same single-turn task.
 
-Measured (2026-12-02, TRL 1.16.0 and transformers 5.24.0 both sides, torch 2.13.0+cpu, 1 torch
-thread, 2 CPU cores shared with other work: load average 3.0-4.9), rltap / TRL:
+Measured (2026-12-03, TRL 1.16.0 and transformers 5.24.0 both sides, torch 2.13.0+cpu, 1 torch
+thread, 2 CPU cores, load average 0.7-1.0), rltap / TRL:
 
     --model tiny --repeats 2 (6 steps of 4 rows x 4, 24 tokens; runs alternating):
-        seconds per step 4.58 / 8.83 = 0.52 (rollout 2.41 / 2.13 = 1.13, train 2.17 / 6.71 = 0.32),
-        peak RSS 1829 / 1530 MB = 1.20, reward 0.296 / 0.290, 384 tokens a step both
+        seconds per step 3.17 / 6.54 = 0.48 (rollout 1.62 / 1.76 = 0.92, train 1.54 / 4.78 =
+        0.32), peak RSS 1560 / 1531 MB = 1.02, reward 0.297 / 0.290, 384 tokens a step both
     --model smollm2 --repeats 1 (3 steps of 2 rows x 4, 32 tokens):
-        seconds per step 10.46 / 15.54 = 0.67 (rollout 5.40 / 6.31 = 0.86, train 5.06 / 9.22 =
-        0.55), peak RSS 3195 / 3059 MB = 1.04, reward 0.379 / 0.387, tokens 228 / 196 a step
+        seconds per step 8.71 / 12.14 = 0.72 (rollout 4.44 / 5.10 = 0.87, train 4.27 / 7.04 =
+        0.61), peak RSS 3162 / 3026 MB = 1.05, reward 0.390 / 0.387, tokens 224 / 196 a step
 
-Before these figures, without --async the embedded engine held a second copy of the model (the
-tiny model's 78 MB, SmolLM2's 540 MB; now it generates with the trainer's own,
+On 2026-12-02 the tiny run's peak RSS ratio was 1.20 (1829 MB). Two changes since took it to
+1.02: rltap's process held three copies of the tokenizer (the engine's, the chat renderer's, the
+checkpoints'; ~85 MB each for the tiny model's 150k vocabulary) against TRL's one, and `rltap
+train` now loads it once and hands it to the renderer and the engine
+(`rltap.train.shared.local_training`); and it gives the heap's free pages back after every step
+(`rltap.train.memory`). Neither was measured alone here. Before those, without --async the
+embedded engine held a second copy of the model (now it generates with the trainer's own,
 rltap.train.shared), and the trainer's entropy metric kept two [tokens, vocab] tensors for
-backward (with one copy already: the tiny run's RSS ratio 1.27, that fix took it to 1.20). What
-is left there is the tiny model's 150k vocabulary (a step's logits dominate) and rltap's three
-tokenizers (the engine's, the chat renderer's, the checkpoint's; ~90 MB each) against TRL's one.
+backward (ratio 1.27 -> 1.20).
 
 How it runs: bench/trl_task.py holds the task both sides run (one user prompt, one reply, reward =
 the share of its letters that are vowels; no rltap import). rltap's side is `rltap train
