@@ -35,9 +35,8 @@ every step (`rltap.train.memory`): a run peaks at 6.6 to 7.7 GB, so three fit in
 from __future__ import annotations
 
 import argparse
-import os
+import asyncio
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -45,11 +44,18 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
-from rltap.demo_train import CHILD_ENV
-from rltap.train.run_dir import read_metrics, updates_logged
+from rltap.demo_train import logged_child, watch_steps
+from rltap.train.run_dir import read_metrics
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from rl_sanity import EXAMPLES, ROOT, framework_python, smollm2_dir
@@ -187,13 +193,11 @@ def plot(runs: list[Run], folder: Path) -> list[Path]:
 
 @dataclass(slots=True)
 class SeedRun:
-    """One seed's `rltap train` child: where it writes, and its process once started."""
+    """One seed's `rltap train` child: where it writes, and how long it ran."""
 
     seed: int
     folder: Path
     command: list[str]
-    process: subprocess.Popen[bytes] | None = None
-    started: float = 0.0
     seconds: float = 0.0
 
     @property
@@ -201,42 +205,40 @@ class SeedRun:
         return self.folder / "train.log"
 
 
-def run_seeds(seeds: list[SeedRun], jobs: int, steps: int, console: Console) -> None:
-    """The seeds' runs, `jobs` at a time (each one torch thread; its output in its log), with a
-    bar per seed of the steps it has logged."""
-    env = {**os.environ, **CHILD_ENV, "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
-    waiting = list(seeds)
-    running: list[SeedRun] = []
+class SeedFailed(Exception):
+    pass
+
+
+async def run_seed(s: SeedRun, gate: asyncio.Semaphore, progress: Progress, bar: TaskID) -> None:
+    """`s`'s run once `gate` lets it start (its output in its log, as `rltap demo`'s children);
+    SeedFailed when it fails. Cancelled, it terminates the run."""
+    async with gate:
+        progress.console.print(f"$ {' '.join(s.command)}", style="dim", soft_wrap=True)
+        progress.start_task(bar)
+        started = time.monotonic()
+        child = logged_child(s.command, s.log, ROOT, HF_HUB_DISABLE_PROGRESS_BARS="1")
+        async with child as process:
+            returncode = await watch_steps(process, s.folder / "train", progress, bar)
+        s.seconds = time.monotonic() - started
+        progress.stop_task(bar)
+    if returncode != 0:
+        raise SeedFailed(f"seed {s.seed}: exit {returncode} (see {s.log})")
+
+
+async def run_seeds(seeds: list[SeedRun], jobs: int, steps: int, console: Console) -> None:
+    """The seeds' runs, `jobs` at a time (each one torch thread), with a bar per seed of the
+    steps it has logged; when one fails the others are stopped."""
+    gate = asyncio.Semaphore(jobs)
     columns = (TextColumn("{task.description:<8}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("steps"), TimeElapsedColumn())  # fmt: skip
     with Progress(*columns, console=console) as progress:
-        bars = {
-            s.seed: progress.add_task(f"seed {s.seed}", total=steps, start=False) for s in seeds
-        }
-        while waiting or running:
-            while waiting and len(running) < jobs:
-                s = waiting.pop(0)
-                console.print(f"$ {' '.join(s.command)}", style="dim", soft_wrap=True)
-                with s.log.open("wb") as log:
-                    s.process = subprocess.Popen(s.command, stdout=log, stderr=subprocess.STDOUT,
-                                                 cwd=ROOT, env=env)  # fmt: skip
-                s.started = time.monotonic()
-                progress.start_task(bars[s.seed])
-                running.append(s)
-            time.sleep(2.0)
-            for s in list(running):
-                assert s.process is not None
-                progress.update(bars[s.seed], completed=updates_logged(s.folder / "train"))
-                if s.process.poll() is None:
-                    continue
-                s.seconds = time.monotonic() - s.started
-                running.remove(s)
-                progress.stop_task(bars[s.seed])
-                if s.process.returncode != 0:
-                    for other in running:
-                        other.process.terminate()  # type: ignore[union-attr]
-                    msg = f"seed {s.seed}: exit {s.process.returncode} (see {s.log})"
-                    raise SystemExit(msg)
+        try:
+            async with asyncio.TaskGroup() as group:
+                for s in seeds:
+                    bar = progress.add_task(f"seed {s.seed}", total=steps, start=False)
+                    group.create_task(run_seed(s, gate, progress, bar))
+        except* SeedFailed as failed:
+            raise SystemExit(str(failed.exceptions[0])) from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -264,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         console.print(f"[bold]{framework}: seeds {args.seeds}, {args.jobs} at a time")
         started = time.monotonic()
-        run_seeds(seeds, args.jobs, args.steps, console)
+        asyncio.run(run_seeds(seeds, args.jobs, args.steps, console))
         minutes[framework] = (time.monotonic() - started) / 60
         for s in seeds:
             metrics = read_metrics(s.folder / "train")

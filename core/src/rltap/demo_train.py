@@ -22,13 +22,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 from rltap.train.loop import print_run
 from rltap.train.run_dir import updates_logged
 
 __all__ = [
-    "CHILD_ENV",
     "TRAIN_EXAMPLE",
     "TRAIN_FRAMEWORK",
     "TRAIN_STEPS",
@@ -39,6 +45,7 @@ __all__ = [
     "plan_training",
     "run_training_child",
     "train_framework_agent",
+    "watch_steps",
 ]
 
 TRAIN_FRAMEWORK = "langchain"
@@ -135,6 +142,19 @@ def child_failure(returncode: int | None, log_path: Path) -> str:
     return f"exit {returncode}; see {log_path}; it ends:\n" + "\n".join(last)
 
 
+async def watch_steps(
+    process: asyncio.subprocess.Process, run_dir: Path, progress: Progress, task: TaskID
+) -> int:
+    """Wait for `rltap train` in `process` to end, `task`'s bar showing the steps `run_dir` has
+    logged meanwhile; its exit status."""
+    while process.returncode is None:
+        progress.update(task, completed=updates_logged(run_dir))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(process.wait(), timeout=1.0)
+    progress.update(task, completed=updates_logged(run_dir))
+    return process.returncode
+
+
 async def run_training_child(run: TrainRun, root: Path, console: Console) -> None:
     """Run `run.command` with a progress bar of its steps; its output goes to `run.log`."""
     columns = (TextColumn("{task.description:<14}"), BarColumn(), MofNCompleteColumn(),
@@ -144,14 +164,7 @@ async def run_training_child(run: TrainRun, root: Path, console: Console) -> Non
         async with logged_child(
             run.command, run.log, root, HF_HUB_DISABLE_PROGRESS_BARS="1"
         ) as process:
-            while process.returncode is None:
-                progress.update(task, completed=updates_logged(run.out_dir))
-                try:
-                    await asyncio.wait_for(process.wait(), timeout=1.0)
-                except TimeoutError:
-                    continue
-            progress.update(task, completed=updates_logged(run.out_dir))
-    run.returncode = process.returncode
+            run.returncode = await watch_steps(process, run.out_dir, progress, task)
     if not run.ok:
         run.problem = child_failure(run.returncode, run.log)
 
