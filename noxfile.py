@@ -22,6 +22,10 @@ nox.options.reuse_venv = "yes"
 nox.options.error_on_missing_interpreters = True
 
 FRAMEWORKS = ["openai_agents", "camel", "langchain"]
+# Frameworks that need no adapter: each is pointed at the proxy by its own base-URL setting, and
+# its tests (integrations/compat/<name>/tests) run in a venv of its own with the framework range
+# of integrations/compat/<name>/requirements.txt.
+COMPAT = ["pydantic_ai", "smolagents", "autogen", "agno", "llamaindex", "haystack", "dspy"]
 TEST_TOOLS = ["pytest>=8", "pytest-asyncio>=0.24", "packaging>=24"]
 LOCAL_WHEELS = Path("/opt/wheels")
 AREAL = "areal==1.0.4"
@@ -54,6 +58,17 @@ def integration(session: nox.Session, framework: str) -> None:
     core = "core[embedded,testing,ray,train]"
     _install(session, "-e", core, "-e", f"integrations/{framework}", *TEST_TOOLS)
     session.run("pytest", "-q", "-p", "no:cacheprovider", f"integrations/{framework}/tests")
+
+
+@nox.session(python="3.11")
+@nox.parametrize("framework", COMPAT)
+def compat(session: nox.Session, framework: str) -> None:
+    """Core with the scripted engine + one framework that needs no adapter, then its tests."""
+    folder = f"integrations/compat/{framework}"
+    _install(
+        session, "-e", "core[embedded,testing]", "-r", f"{folder}/requirements.txt", *TEST_TOOLS
+    )
+    session.run("pytest", "-q", "-p", "no:cacheprovider", f"{folder}/tests")
 
 
 @nox.session(python="3.11")

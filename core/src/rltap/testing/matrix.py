@@ -34,6 +34,7 @@ import contextlib
 import os
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -49,6 +50,7 @@ from rltap.testing.structured import FORECAST_QUESTION
 from rltap.workflow import OpenAIProxyWorkflow
 
 __all__ = [
+    "MULTI_AGENT",
     "STRUCTURED",
     "TASKS",
     "TOOL_LOOP",
@@ -58,6 +60,7 @@ __all__ = [
     "matrix_dir",
     "print_table",
     "record_result",
+    "recorded_cell",
     "run_cell",
     "run_structured_cell",
     "shared_agent_pool",
@@ -71,7 +74,8 @@ _SHARED_POOL = AgentPool(1)
 
 TOOL_LOOP = "tool loop"
 STRUCTURED = "structured output"
-TASKS = (TOOL_LOOP, STRUCTURED)  # the table's result columns
+MULTI_AGENT = "multi-agent"
+TASKS = (TOOL_LOOP, STRUCTURED, MULTI_AGENT)  # the table's result columns
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +121,25 @@ def record_result(result: CellResult) -> None:
     line.update(passed=result.passed, detail=result.detail, seconds=round(result.seconds, 2))
     with (folder / f"{result.cell.framework}.jsonl").open("ab") as handle:
         handle.write(orjson.dumps(line) + b"\n")
+
+
+@contextlib.contextmanager
+def recorded_cell(cell: Cell) -> Iterator[None]:
+    """Record the block as `cell`'s result: passed unless it raised (the error is re-raised).
+
+    What a framework without an adapter uses for its rows of the table:
+
+        with recorded_cell(Cell("smolagents", "inline", False, "chat", TOOL_LOOP)):
+            ...  # run the episode, assert_one_tree(...), assert_reward_reaches_every_call(...)
+    """
+    started = time.monotonic()
+    try:
+        yield
+    except BaseException as exc:
+        detail = f"{type(exc).__name__}: {exc}"
+        record_result(CellResult(cell, False, detail, time.monotonic() - started))
+        raise
+    record_result(CellResult(cell, True, "ok", time.monotonic() - started))
 
 
 def final_answer_reward(result: Any, data: Any) -> float:
