@@ -369,6 +369,7 @@ def readme_trees() -> dict[str, tuple[Episode, list[InteractionWithTokenLogpRewa
     history = [system("Orchestrate"), user("hi"), tool_call("translator"), tool_result("hola")]
     o2 = episode.call(history, reply("answer"), tools=TOOLS, reward=1.0)
     trees["subagent"] = episode, [o1, sub, o2]
+    trees["carry: group chat"] = group_chat_episode()
     return trees
 
 
@@ -378,6 +379,7 @@ README_REWARDS = {
     "rewrite: trimmed window": ([Link.ROOT, Link.PREFIX, Link.REWRITE], [0.81, 0.9, 1.0]),
     "handoff": ([Link.ROOT, Link.HANDOFF, Link.PREFIX], [0.81, 0.9, 1.0]),
     "subagent": ([Link.ROOT, Link.SUBAGENT, Link.PREFIX], [0.9, 0.9, 1.0]),
+    "carry: group chat": ([Link.ROOT, *[Link.CARRY] * 3], [0.729, 0.81, 0.9, 1.0]),
 }
 
 
@@ -437,3 +439,169 @@ def test_the_readme_draws_the_trees_test_links_builds() -> None:
         for title, (links, rewards) in README_REWARDS.items()
     }
     assert drawn_trees() == expected
+
+
+# Rule 4, `carry`: a reply carried forward in another form.
+
+THOUGHT = "I will add the two numbers with the add tool and report the sum."
+
+
+def test_a_reply_sent_back_with_text_appended_is_carried() -> None:
+    # smolagents' CodeAgent: its reply comes back with the stop string and its tool calls.
+    episode = Episode()
+    first = episode.call([system("Code."), user("2 + 3?")], reply(f"Thought: {THOUGHT}\n<code>"))
+    sent_back = reply(f"Thought: {THOUGHT}\n<code></code>\nCalling tools:\n[{{'id': 'x'}}]")
+    history = [system("Code."), user("2 + 3?"), sent_back, user("Observation: 5")]
+    second = episode.call(history, reply("5"), reward=1.0)
+    assert (second.parent, second.link) == (first, Link.CARRY)
+    assert second.agent_id == first.agent_id
+    assert episode.cache.apply_reward_discount(0.9)[first.interaction_id] == pytest.approx(0.9)
+
+
+def test_tool_calls_re_rendered_as_text_are_carried_by_their_id() -> None:
+    # smolagents' ToolCallingAgent: `Calling tools:` and the call's id, the result as a user turn.
+    episode = Episode()
+    first = episode.call(
+        [system("Tools."), user("2 + 3?")], tool_call("add", "call_9f3a"), tools=TOOLS
+    )
+    rendered = reply("Calling tools:\n[{'id': 'call_9f3a', 'function': {'name': 'add'}}]")
+    history = [system("Tools."), user("2 + 3?"), rendered, user("Observation: 5")]
+    second = episode.call(history, reply("5"), tools=TOOLS)
+    assert (second.parent, second.link) == (first, Link.CARRY)
+
+
+POEM = "Grey waves fold and break, salt wind carries gull voices, the tide keeps its time."
+REVIEW = "The second line is strong; the last line could name the moon that pulls the tide."
+POEM2 = "Grey waves fold and break under the moon."
+
+
+def group_chat_episode() -> tuple[Episode, list[InteractionWithTokenLogpReward]]:
+    """AutoGen's RoundRobinGroupChat: each agent's reply is relayed to the other as a named user
+    message; an agent's own history is otherwise its prefix. The last call is rewarded 1.0."""
+    episode = Episode()
+    task = user("Write a haiku about the sea, then review it.")
+    a1 = episode.call([system("Poet."), task], reply(POEM))
+    b_history = [system("Critic."), task, {**user(POEM), "name": "poet"}]
+    b1 = episode.call(b_history, reply(REVIEW))
+    a2 = episode.call(
+        [system("Poet."), task, reply(POEM), {**user(REVIEW), "name": "critic"}], reply(POEM2)
+    )
+    b_history = [*b_history, reply(REVIEW), {**user(POEM2), "name": "poet"}]
+    b2 = episode.call(b_history, reply("APPROVE"), reward=1.0)
+    return episode, [a1, b1, a2, b2]
+
+
+def test_a_group_chat_round_is_one_chain() -> None:
+    _, (a1, b1, a2, b2) = group_chat_episode()
+    assert [(n.parent, n.link) for n in (a1, b1, a2, b2)] == [
+        (None, Link.ROOT),
+        (a1, Link.CARRY),
+        (b1, Link.CARRY),
+        (a2, Link.CARRY),
+    ]
+
+
+def test_a_transcript_re_rendered_into_one_message_is_carried() -> None:
+    # DSPy's ReAct: each step renders the whole trajectory into one new user message.
+    episode = Episode()
+    step = (
+        "[[ ## next_thought ## ]]\n{}\n\n[[ ## next_tool_name ## ]]\nadd\n\n[[ ## completed ## ]]"
+    )
+    first = episode.call([system("ReAct."), user("question: 2 + 3")], reply(step.format(THOUGHT)))
+    then = "I have the sum from the tool, so the task is finished and I can answer now."
+    trajectory = f"[[ ## thought_0 ## ]]\n{THOUGHT}\n\n[[ ## observation_0 ## ]]\n5"
+    second = episode.call(
+        [system("ReAct."), user(f"question: 2 + 3\n\ntrajectory: {trajectory}")],
+        reply(step.format(then)),
+    )
+    trajectory += f"\n\n[[ ## thought_1 ## ]]\n{then}\n\n[[ ## observation_1 ## ]]\ndone"
+    third = episode.call(
+        [system("Extract."), user(f"question: 2 + 3\n\ntrajectory: {trajectory}")], reply("5")
+    )
+    assert [(n.parent, n.link) for n in (first, second, third)] == [
+        (None, Link.ROOT),
+        (first, Link.CARRY),
+        (second, Link.CARRY),
+    ]
+
+
+def test_a_reply_that_repeats_its_question_does_not_tie_the_next_run_to_it() -> None:
+    # Two independent runs of one agent: the first answer quotes the task, which the second
+    # run's task repeats. Words the reply took from its own prompt carry nothing of it.
+    episode = Episode()
+    task = "What is the sum of 2 and 3 when you use the add tool?"
+    first = episode.call([system("Math."), user(task)], reply(f"You asked: {task} It is 5."))
+    second = episode.call([system("Math."), user(task)], reply("It is 5."))
+    assert (first.link, second.link, second.parent) == (Link.ROOT, Link.ROOT, None)
+
+
+def test_concat_does_not_join_across_a_carry() -> None:
+    episode = Episode()
+    first = episode.call([system("Code."), user("2 + 3?")], reply(THOUGHT))
+    second = episode.call(
+        [system("Code."), user("2 + 3?"), reply(f"{THOUGHT} </code>")], reply("5")
+    )
+    assert second.link is Link.CARRY
+    exported = episode.cache.export_interactions("concat")
+    assert list(exported) == [first.interaction_id, second.interaction_id]
+
+
+# Rule 3: an open tool call's sub-agent is the tool's work; hand-off tools hand off.
+
+
+def call_with(name: str, arguments: str, call_id: str = "call_1") -> dict[str, Any]:
+    function = {"name": name, "arguments": arguments}
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": call_id, "function": function}],
+    }
+
+
+def test_an_agent_run_as_a_tool_is_a_subagent_when_it_is_given_the_tools_input() -> None:
+    episode = Episode()
+    opened = episode.call(
+        [system("Orchestrate."), user("Say hi in Spanish")],
+        call_with("translator", '{"text": "hi there friend"}'),
+        tools=TOOLS,
+    )
+    sub = episode.call([system("Translate."), user("hi there friend")], reply("hola amigo"))
+    assert (sub.parent, sub.link) == (opened, Link.SUBAGENT)
+
+
+def test_another_agents_unrelated_call_is_not_a_sub_agent_and_closes_the_tool_call() -> None:
+    episode = Episode()
+    episode.call(
+        [system("Orchestrate."), user("Say hi in Spanish")],
+        call_with("translator", '{"text": "hi there friend"}'),
+        tools=TOOLS,
+    )
+    other = episode.call([system("Weather."), user("Rain in Paris?")], reply("No."))
+    later = episode.call([system("Translate."), user("hi there friend")], reply("hola"))
+    assert (other.parent, other.link) == (None, Link.ROOT)
+    assert (later.parent, later.link) == (None, Link.ROOT)  # the tool call was closed
+
+
+def test_an_output_tool_never_leaves_the_next_run_under_it() -> None:
+    # pydantic-ai's structured output: `final_result`, which nothing answers; then the app's
+    # next, unrelated run (its flight booking example) is a tree of its own.
+    episode = Episode()
+    first = episode.call(
+        [system("Find a flight."), user("SFO to ANC on 2025-01-10")],
+        call_with("final_result", '{"flight_number": "AK456"}'),
+        tools=TOOLS,
+    )
+    second = episode.call([system("Seat preference."), user("AK456 window seat 2A")], reply("2A"))
+    assert (first.link, second.parent, second.link) == (Link.ROOT, None, Link.ROOT)
+
+
+def test_a_hand_off_tool_followed_by_the_other_agent_is_a_handoff() -> None:
+    # AutoGen's Swarm: the next agent sees the conversation, not the hand-off call itself.
+    episode = Episode()
+    transfer = episode.call(
+        [system("Travel agent."), user("Refund my flight")],
+        call_with("transfer_to_flights_refunder", "{}"),
+        tools=TOOLS,
+    )
+    refunder = episode.call([system("Flights refunder."), user("Refund my flight")], reply("Done."))
+    assert (refunder.parent, refunder.link) == (transfer, Link.HANDOFF)

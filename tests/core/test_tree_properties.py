@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +44,8 @@ steps = st.lists(
     st.builds(
         Step,
         parent=st.none() | st.integers(min_value=0, max_value=40),
-        question=st.sampled_from(["a", "b", "c"]),
+        # "1" is what the tool call is given: a call that says it may be that tool's sub-agent.
+        question=st.sampled_from(["a", "b", "c", "1"]),
         reply=st.sampled_from(["x", "y"]),
         tool_reply=st.booleans(),
         fate=st.sampled_from(["complete"] * 6 + ["in_flight", "failed"]),
@@ -152,9 +154,16 @@ def reference_link(
         and any(m.get("tool_calls") for m in node.output_message_list or [])
         and not any(_closes(later, node) for later in nodes[position + 1 :])
     ]
-    if open_calls and open_calls[-1].agent_id != derived:
+    given = {str(value) for value in json.loads(TOOL_CALL["function"]["arguments"]).values()}
+    held = {_text(m) for m in messages if m["role"] == "user"}
+    if open_calls and open_calls[-1].agent_id != derived and given <= held:
         return open_calls[-1], Link.SUBAGENT, derived
     return None, Link.ROOT, derived
+
+
+def _text(message: dict[str, Any]) -> str:
+    content = message["content"]
+    return content if isinstance(content, str) else "".join(p["text"] for p in content)
 
 
 def _closes(later: InteractionWithTokenLogpReward, opened: InteractionWithTokenLogpReward) -> bool:

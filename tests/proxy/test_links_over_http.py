@@ -168,6 +168,7 @@ async def test_named_agents_handoff_and_the_export_keeps_the_ones_asked_for(
         "rewrite": 1.0,
         "handoff": 0.5,
         "subagent": 1.0,
+        "carry": 1.0,
     }
     [item] = export["interactions"]
     assert (item["interaction_id"], item["agent_id"], item["link"]) == (triage.id, "triage", "root")

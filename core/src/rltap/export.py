@@ -4,10 +4,10 @@
 - `concat`: one sequence per interaction that no call continues by a `prefix` link, holding its
   branch up to the nearest link of another kind (`rltap.links`): the first call's prompt and
   output, then each descendant's new prompt tokens and output, with the loss mask on every
-  generated segment. A child by a `rewrite`, `handoff` or `subagent` link starts a new sequence
-  with its own full prompt (its tokens do not continue the parent's); its `parent_id` and `link`
-  say where it hangs in the tree. Along a prefix link, each child's prompt must start with its
-  parent's full token sequence; a break raises `ExportMismatch` naming both interactions, it is
+  generated segment. A child by a `rewrite`, `handoff`, `subagent` or `carry` link starts a new
+  sequence with its own full prompt (its tokens do not continue the parent's); its `parent_id` and
+  `link` say where it hangs in the tree. Along a prefix link, each child's prompt must start with
+  its parent's full token sequence; a break raises `ExportMismatch` naming both interactions, it is
   never masked.
 
 - `tree`: the interactions packed into one token trie, shared prefixes once (`rltap.record.pack`:

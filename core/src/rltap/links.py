@@ -21,15 +21,28 @@ and looks at the session's complete interactions only. In order, the first rule 
    A call that says it rewrites its conversation (a compaction, `/v1/responses/compact`) is a
    `rewrite` whatever its prompt, by the parent's agent. Cost: O(K) canonical hashes, K the
    messages after the latest reply found (at most M), and a dictionary lookup each.
-3. `subagent`: some complete interaction asked for tool calls and nothing has continued it yet
-   (its tool call is open), and another agent makes this call: an agent run as a tool, or a
-   helper call (a summary) made while the tool runs. The parent is the interaction opened last.
-   A tool call stays open only while the session works under it: a call that continues it
-   closes it (the tool answered), and so does any call linked outside its subtree (a root, a
-   continuation of another conversation): the session moved on, so the tool call will never be
-   answered, and a later call of another agent is not its sub-agent. Cost: O(1) to find, O(open
-   calls) to keep the set, which this keeps small.
-4. `root`: none of these; the call starts a conversation of its own.
+3. `handoff` or `subagent`: some complete interaction asked for tool calls and nothing has
+   continued it yet (its tool call is open), and another agent makes this call. It is a `handoff`
+   when the open call is a hand-off tool (`transfer_to_*`, `handoff_to_*`: the Agents SDK's,
+   LangGraph's and AutoGen Swarm's hand-offs); a `subagent` when the call is plausibly that
+   tool's work: its messages hold the words of what the tool was given (the longest argument's;
+   an agent run as a tool, or a helper call made while the tool runs, such as a summary).
+   Otherwise the call is not the tool's work and the open call closes. The parent is the
+   interaction opened last. A tool call stays open only while the session works under it: a
+   call that continues it closes it (the tool answered), and so does any call linked outside its
+   subtree (a root, a continuation of another conversation): the session moved on, so the tool
+   call will never be answered, and a later call of another agent is not its sub-agent. An
+   output tool (`final_result`, `final_answer`: pydantic-ai's and smolagents' way to end a run
+   with a typed answer) is never open. Cost: O(1) to find, O(open calls) to keep the set, which
+   this keeps small, and O(M) to read the call's words once.
+4. `carry`: the call carries the reply of a complete interaction in another form (text
+   appended, tool calls re-rendered as text, relayed as a user message, inside a transcript:
+   `rltap.carry` says what counts). Its tokens do not continue the parent's. The same rule runs
+   on a `prefix` call's new messages that are `user` messages with a `name` (another agent
+   speaking into the conversation, AutoGen's group chats): when they carry a reply completed
+   after the `prefix` parent's, the call continues that later reply, by `carry`, so that a round
+   of a group chat is one chain. Cost: O(M) (`rltap.carry`).
+5. `root`: none of these; the call starts a conversation of its own.
 
 The agent id is the `X-Rltap-Agent` header when the client sends one (the adapters set it where
 the framework names its agents; `agent_header_value` percent-encodes a name that is not ASCII).
@@ -39,18 +52,22 @@ tools is still that agent); any other call gets an id derived from its system pr
 differ.
 
 Rewards flow along every link kind (`rltap.rewards`: each kind with its own factor, and a
-sub-agent credited from the continuation its answer feeds); token
-sequences join only along `prefix` links (`rltap.export`).
+sub-agent credited from the continuation its answer feeds); token sequences join only along
+`prefix` links (`rltap.export`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import orjson
+
 from rltap.canonical import canonical_message
+from rltap.carry import CarryIndex, message_text, words
 from rltap.record.errors import InvalidRequest
 from rltap.record.types import InteractionWithTokenLogpReward, Link
 
@@ -132,8 +149,42 @@ def _reply_key(canonical: bytes) -> bytes:
     return hashlib.blake2b(canonical, digest_size=16).digest()
 
 
+# Tools that end a run with its typed answer: nothing ever answers them (rule 3).
+_OUTPUT_TOOL = re.compile(r"final_(result|answer|output)(_\w+)?", re.IGNORECASE)
+# Tools that hand the conversation to another agent (rule 3).
+_HANDOFF_TOOL = re.compile(r"(transfer|handoff|hand_off)_to_\w+", re.IGNORECASE)
+
+
+def _tool_calls(interaction: InteractionWithTokenLogpReward) -> list[Mapping[str, Any]]:
+    calls: list[Mapping[str, Any]] = []
+    for message in interaction.output_message_list or ():
+        calls.extend(c for c in message.get("tool_calls") or () if isinstance(c, Mapping))
+    return calls
+
+
+def _tool_name(call: Mapping[str, Any]) -> str:
+    function = call.get("function")
+    name = (function if isinstance(function, Mapping) else call).get("name")
+    return name if isinstance(name, str) else ""
+
+
+def _given_words(call: Mapping[str, Any]) -> list[str]:
+    """The words of what a tool call was given: its longest argument's (all of them when its
+    arguments are not a JSON object)."""
+    function = call.get("function")
+    raw = (function if isinstance(function, Mapping) else call).get("arguments")
+    try:
+        arguments = orjson.loads(raw) if isinstance(raw, str | bytes) else raw
+    except orjson.JSONDecodeError:
+        arguments = raw
+    if not isinstance(arguments, Mapping):
+        return words(str(arguments or ""))
+    values = [words(str(value)) for value in arguments.values() if value is not None]
+    return max(values, key=len, default=[])
+
+
 class LinkIndex:
-    """What rules 2 and 3 look up: complete interactions by their replies, and the open ones.
+    """What rules 2 to 4 look up: complete interactions by their replies, and the open ones.
 
     Not thread-safe by itself: `InteractionCache` holds its lock around every call.
     """
@@ -145,6 +196,8 @@ class LinkIndex:
         # Each interaction's nearest ancestor-or-self that had an open tool call when the
         # interaction was linked (only those that have one).
         self._opener: dict[str, str] = {}
+        self._carry = CarryIndex()
+        self._completed: dict[str, int] = {}  # completion order
 
     def completed(
         self, interaction: InteractionWithTokenLogpReward, canonicals: Sequence[bytes]
@@ -156,8 +209,11 @@ class LinkIndex:
         for message, canonical in zip(outputs, canonicals, strict=True):
             if message.get("role") == "assistant":
                 self._replies[_reply_key(canonical)] = interaction_id
-                if message.get("tool_calls"):
-                    self._open[interaction_id] = None
+        names = [_tool_name(call) for call in _tool_calls(interaction)]
+        if any(not _OUTPUT_TOOL.fullmatch(name) for name in names):
+            self._open[interaction_id] = None
+        self._carry.completed(interaction_id, outputs)
+        self._completed[interaction_id] = len(self._completed)
 
     def linked(self, interaction_id: str, parent_id: str | None, link: Link) -> None:
         """A call was linked: the tool calls it continues are answered, and those it does not
@@ -190,6 +246,45 @@ class LinkIndex:
         """The interaction whose tool call was opened last and is still open (rule 3)."""
         return next(reversed(self._open), None)
 
+    def carried(
+        self,
+        interactions: Mapping[str, InteractionWithTokenLogpReward],
+        messages: Sequence[Mapping[str, Any]],
+        agent: str | None,
+        *,
+        relayed: bool = False,
+    ) -> str | None:
+        """The interaction whose reply `messages` carry in another form (rule 4), or None."""
+        return self._carry.carried(
+            messages,
+            lambda key: interactions[key].messages,
+            lambda key: interactions[key].agent_id,
+            agent,
+            relayed=relayed,
+        )
+
+    def completed_after(self, later: str, earlier: str) -> bool:
+        return self._completed.get(later, -1) > self._completed.get(earlier, -1)
+
+
+def _open_call_link(
+    opened: InteractionWithTokenLogpReward, messages: Sequence[Mapping[str, Any]]
+) -> Link | None:
+    """How another agent's call relates to the open tool call `opened` (rule 3): `handoff`
+    after a hand-off tool, `subagent` when it holds what the tool was given, else None."""
+    calls = [c for c in _tool_calls(opened) if not _OUTPUT_TOOL.fullmatch(_tool_name(c))]
+    if any(_HANDOFF_TOOL.fullmatch(_tool_name(call)) for call in calls):
+        return Link.HANDOFF
+    held = set(words("\n".join(message_text(message) for message in messages)))
+    if any(held.issuperset(_given_words(call)) for call in calls):
+        return Link.SUBAGENT
+    return None
+
+
+def _relayed(messages: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The messages in which another agent speaks: `user` messages with a `name`."""
+    return [m for m in messages if m.get("role") == "user" and m.get("name")]
+
 
 def choose_link(
     links: LinkIndex,
@@ -203,6 +298,12 @@ def choose_link(
     """Parent, link kind and (unless the client names it) the agent: `rltap.links`' rules."""
     messages = interaction.messages
     if prefix_parent is not None:
+        known = len(prefix_parent.messages) + len(prefix_parent.output_message_list or ())
+        relayed = _relayed(messages[known:])
+        if relayed:
+            carried = links.carried(interactions, relayed, None, relayed=True)
+            if carried is not None and links.completed_after(carried, prefix_parent.interaction_id):
+                return interactions[carried], Link.CARRY, prefix_parent.agent_id
         return prefix_parent, Link.PREFIX, prefix_parent.agent_id
     replied = links.latest_reply(messages)
     if replied is not None:
@@ -217,7 +318,12 @@ def choose_link(
     derived = derive_agent_id(messages, context)
     opened = links.open_call()
     if opened is not None and interactions[opened].agent_id != (agent or derived):
-        return interactions[opened], Link.SUBAGENT, derived
+        kind = _open_call_link(interactions[opened], messages)
+        if kind is not None:
+            return interactions[opened], kind, derived
+    carried = links.carried(interactions, messages, agent or derived)
+    if carried is not None:
+        return interactions[carried], Link.CARRY, derived
     return None, Link.ROOT, derived
 
 

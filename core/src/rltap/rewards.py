@@ -2,12 +2,12 @@
 
 Tree mode: each complete interaction gets `own + turn_discount * aggregate(continuations)`,
 where `own` is the reward assigned to it (0 when unset) and `aggregate` is the mean, max or sum of
-the discounted rewards of its continuations (its children by a `prefix`, `rewrite` or `handoff`
-link), each times the factor of the child's link kind (`link_factors`: keys `prefix`, `rewrite`,
-`handoff`, `subagent`, each in [0, 1], 1.0 unless given; `rltap.links`). Sibling branches never
-see each other's reward. A chain A -> B -> C with C = 1.0 and discount 0.9 gives B = 0.9 and
-A = 0.81, whatever kinds its links are with the default factors; with `{"handoff": 0.5}` and B a
-handoff from A, A = 0.405.
+the discounted rewards of its continuations (its children by a `prefix`, `rewrite`, `handoff`
+or `carry` link), each times the factor of the child's link kind (`link_factors`: keys `prefix`,
+`rewrite`, `handoff`, `subagent`, `carry`, each in [0, 1], 1.0 unless given; `rltap.links`).
+Sibling branches never see each other's reward. A chain A -> B -> C with C = 1.0 and discount 0.9
+gives B = 0.9 and A = 0.81, whatever kinds its links are with the default factors; with
+`{"handoff": 0.5}` and B a handoff from A, A = 0.405.
 
 A sub-agent's calls (the subtree below a `subagent` link) are not a branch the episode could have
 taken instead: their answer is the tool result the calling agent goes on with. So their credit

@@ -119,7 +119,7 @@ class RolloutConfig(AgentTask):
     link_factors: list[tuple[str, float]] | None = option(
         None,
         "share of a child's reward its parent gets, by link kind (prefix, rewrite, "
-        "handoff, subagent; 1.0 each unless given); repeat for several",
+        "handoff, subagent, carry; 1.0 each unless given); repeat for several",
         flag="link-factor",
         metavar="KIND=F",
         parse=link_factor,

@@ -124,7 +124,7 @@ class ExportRequest(BaseModel):
     style: ExportStyle = "individual"
     aggregate: Aggregate = "mean"
     # The share of a child's discounted reward its parent gets, by the child's link kind
-    # ("prefix", "rewrite", "handoff", "subagent"; 1.0 each unless given; `rltap.rewards`).
+    # ("prefix", "rewrite", "handoff", "subagent", "carry"; 1.0 each unless given; `rltap.rewards`).
     link_factors: dict[str, float] | None = None
     # Only these agents' interactions (concat: sequences); rewards discounted over all first.
     agents: list[str] | None = Field(default=None, min_length=1)

@@ -22,8 +22,8 @@ the same computation, whoever sent it), so a group's shared prompt and `n > 1` s
 appear once. A generated token merges only with itself: a `prefix` child's prompt continues from
 its parent's last token, reusing the parent's generated tokens, while two samples that happen to
 generate the same tokens keep their own branches (each carries its own logprobs, versions and
-reward). A child by a `rewrite`, `handoff` or `subagent` link renders its own full prompt, so it
-shares only the prompt tokens it has in common, then branches.
+reward). A child by a `rewrite`, `handoff`, `subagent` or `carry` link renders its own full prompt,
+so it shares only the prompt tokens it has in common, then branches.
 """
 
 from __future__ import annotations

@@ -70,6 +70,7 @@ class Link(enum.StrEnum):
     REWRITE = "rewrite"  # the same agent's conversation with its history or tools changed
     HANDOFF = "handoff"  # another agent took the conversation over
     SUBAGENT = "subagent"  # made while the parent's tool call was open, by another agent
+    CARRY = "carry"  # carries the parent's reply in another form (text, relayed, transcript)
 
 
 class InteractionStatus(enum.StrEnum):

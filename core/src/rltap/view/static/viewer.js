@@ -1,7 +1,7 @@
 // rltap viewer: plain JavaScript, no build step, nothing loaded from outside this server.
 "use strict";
 
-const LINK_COLOURS = { root: "#6b7a90", prefix: "#2d6cdf", rewrite: "#8e44ad", handoff: "#d35400", subagent: "#16a085" };
+const LINK_COLOURS = { root: "#6b7a90", prefix: "#2d6cdf", rewrite: "#8e44ad", handoff: "#d35400", subagent: "#16a085", carry: "#b7950b" };
 const view = { run: null, sort: "started", desc: false, session: null, interaction: null };
 // The latest request of each kind: a reply that arrives after a newer request was made (typing
 // in the search box, clicking from session to session) is dropped, not drawn over the newer one.

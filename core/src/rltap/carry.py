@@ -1,0 +1,217 @@
+"""Which earlier reply a call carries in another form: the evidence behind the `carry` link.
+
+Frameworks carry a reply forward in forms that the exact-message rules of `rltap.links` do not
+see: with text appended (smolagents' CodeAgent adds `</code>` and `Calling tools: [...]`), with
+its tool calls re-rendered as text (smolagents' ToolCallingAgent), relayed as a `user` message
+named after its speaker (AutoGen's group chats), or inside a transcript re-rendered into one
+message (LlamaIndex's structured output, DSPy's ReAct). What survives every such form is the
+reply's words in their order, and the ids of its tool calls.
+
+A reply's marks:
+- its words (the `\\w+` runs of its text and of its tool calls' names and arguments: JSON and
+  Python's repr of the same arguments have the same words), cut in order into groups of
+  `GROUP` words (the last group is the last `GROUP` words);
+- the ids of its tool calls;
+- its whole text, whitespace collapsed (a reply relayed verbatim, however short or however
+  much it repeats of its prompt).
+
+A request carries a reply when it holds one of the reply's tool-call ids, or two of its groups
+(its one group, when it has one) that the reply's own prompt did not hold already (an answer that
+repeats its question carries nothing of its own), or, after its first message, a message whose
+whole text is the reply's text. Among the replies a request carries, the one it carries latest
+wins; a reply of the calling agent itself before any other (an agent continuing its own
+conversation, with another agent's answer carried in it).
+
+Cost: O(W) for a request of W words (one dictionary lookup per window of `GROUP` words), plus,
+for the few candidate replies, one pass over each one's prompt; O(words / GROUP) entries a reply.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+__all__ = ["GROUP", "CarryIndex", "message_text", "words"]
+
+GROUP = 4
+# A group of words that many replies share (boilerplate) points at the latest few of them only.
+_KEEP_PER_GROUP = 2
+# Candidates whose prompts are read to rule out echoes, best first.
+_MAX_VERIFIED = 8
+_WORD = re.compile(r"\w+")
+
+
+def words(text: str) -> list[str]:
+    return _WORD.findall(text)
+
+
+def _content_text(content: Any) -> Iterator[str]:
+    if isinstance(content, str):
+        yield content
+    elif isinstance(content, Sequence):
+        for part in content:
+            if isinstance(part, Mapping):
+                for key in ("text", "content", "input"):
+                    value = part.get(key)
+                    if isinstance(value, str):
+                        yield value
+                    elif key != "text" and value is not None:
+                        yield from _content_text(value)
+
+
+def _call_text(call: Mapping[str, Any]) -> Iterator[str]:
+    function = call.get("function")
+    if not isinstance(function, Mapping):
+        function = call
+    name, arguments = function.get("name"), function.get("arguments")
+    if isinstance(name, str):
+        yield name
+    if isinstance(arguments, str):
+        yield arguments
+    elif arguments is not None:
+        yield repr(arguments)
+
+
+def message_text(message: Mapping[str, Any], *, ids: bool = False) -> str:
+    """A message's text: its content and its tool calls' names and arguments (and their ids,
+    and the id a tool result answers, when `ids`)."""
+    parts = list(_content_text(message.get("content")))
+    for call in message.get("tool_calls") or ():
+        if isinstance(call, Mapping):
+            parts.extend(_call_text(call))
+            if ids and isinstance(call.get("id"), str):
+                parts.append(call["id"])
+    if ids and isinstance(message.get("tool_call_id"), str):
+        parts.append(message["tool_call_id"])
+    return "\n".join(parts)
+
+
+def _groups(reply_words: Sequence[str]) -> list[str]:
+    """The reply's words in groups of GROUP, in order; the last group is its last GROUP words."""
+    count = len(reply_words)
+    if count < GROUP:
+        return []
+    starts = [*range(0, count - GROUP + 1, GROUP)]
+    if starts[-1] != count - GROUP:
+        starts.append(count - GROUP)
+    return [" ".join(reply_words[start : start + GROUP]) for start in starts]
+
+
+def _windows(request_words: Sequence[str]) -> Iterator[tuple[int, str]]:
+    for start in range(len(request_words) - GROUP + 1):
+        yield start, " ".join(request_words[start : start + GROUP])
+
+
+def _whole_key(text: str) -> bytes:
+    return hashlib.blake2b(" ".join(text.split()).encode(), digest_size=16).digest()
+
+
+class _Candidate:
+    __slots__ = ("groups", "last", "marked")
+
+    def __init__(self) -> None:
+        self.groups: set[str] = set()
+        self.last = -1  # where in the request its latest mark stands
+        self.marked = False  # by a tool-call id or its whole text: no echo to rule out
+
+
+class CarryIndex:
+    """Complete interactions' replies by their marks; `carried` finds the reply a request
+    carries. Not thread-safe by itself: `InteractionCache` holds its lock around every call."""
+
+    def __init__(self) -> None:
+        self._by_group: dict[str, list[str]] = {}
+        self._by_id: dict[str, str] = {}
+        self._by_whole: dict[bytes, str] = {}
+        self._group_count: dict[str, int] = {}
+
+    def completed(self, interaction_id: str, outputs: Iterable[Mapping[str, Any]]) -> None:
+        """Index the marks of a complete interaction's reply (its assistant messages)."""
+        texts = []
+        for message in outputs:
+            if message.get("role") != "assistant":
+                continue
+            texts.append(message_text(message))
+            for call in message.get("tool_calls") or ():
+                call_id = call.get("id") if isinstance(call, Mapping) else None
+                if isinstance(call_id, str) and _WORD.fullmatch(call_id):
+                    self._by_id[call_id] = interaction_id
+        text = "\n".join(texts)
+        groups = _groups(words(text))
+        self._group_count[interaction_id] = len(set(groups))
+        for group in set(groups):
+            holders = self._by_group.setdefault(group, [])
+            holders.append(interaction_id)
+            if len(holders) > _KEEP_PER_GROUP:
+                del holders[0]
+        if text.strip():
+            self._by_whole[_whole_key(text)] = interaction_id
+
+    def carried(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        prompt_of: Callable[[str], Sequence[Mapping[str, Any]]],
+        agent_of: Callable[[str], str | None],
+        agent: str | None,
+        *,
+        relayed: bool = False,
+    ) -> str | None:
+        """The interaction whose reply `messages` carry (see the module docstring), or None.
+
+        `prompt_of(id)` is an interaction's own messages, `agent_of(id)` its agent; `agent` is
+        the calling agent's. `relayed`: `messages` are all another agent speaking (so the first
+        of them, too, may be a reply relayed whole).
+        """
+        found: dict[str, _Candidate] = {}
+        position = 0
+        first_turn = (
+            -1
+            if relayed
+            else next(
+                (i for i, m in enumerate(messages) if m.get("role") not in {"system", "developer"}),
+                len(messages),
+            )
+        )
+        for index, message in enumerate(messages):
+            text = message_text(message, ids=True)
+            message_words = words(text)
+            for offset, word in enumerate(message_words):
+                owner = self._by_id.get(word)
+                if owner is not None:
+                    candidate = found.setdefault(owner, _Candidate())
+                    candidate.marked, candidate.last = True, position + offset
+            for offset, window in _windows(message_words):
+                for owner in self._by_group.get(window, ()):
+                    candidate = found.setdefault(owner, _Candidate())
+                    candidate.groups.add(window)
+                    candidate.last = position + offset
+            position += len(message_words)
+            if index > first_turn:
+                owner = self._by_whole.get(_whole_key(message_text(message)))
+                if owner is not None:
+                    candidate = found.setdefault(owner, _Candidate())
+                    candidate.marked, candidate.last = True, position
+        ranked = sorted(
+            found, key=lambda key: (agent_of(key) == agent, found[key].last), reverse=True
+        )
+        for owner in ranked[:_MAX_VERIFIED]:
+            if self._carries(found[owner], self._group_count.get(owner, 0), prompt_of(owner)):
+                return owner
+        return None
+
+    @staticmethod
+    def _carries(
+        candidate: _Candidate, group_count: int, prompt: Sequence[Mapping[str, Any]]
+    ) -> bool:
+        if candidate.marked:
+            return True
+        if not candidate.groups or len(candidate.groups) < min(2, group_count):
+            return False
+        echoed = {window for _, window in _windows(words(_prompt_text(prompt)))}
+        return len(candidate.groups - echoed) >= min(2, group_count)
+
+
+def _prompt_text(messages: Sequence[Mapping[str, Any]]) -> str:
+    return "\n".join(message_text(message) for message in messages)
