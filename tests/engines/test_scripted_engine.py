@@ -120,6 +120,19 @@ async def test_stop_criteria_cut_the_reply(
     assert cut.stop_reason is reason
 
 
+async def test_the_reply_streams_one_token_a_chunk(
+    engine: ScriptedEngine, qwen_tokenizer: Any
+) -> None:
+    req = request(qwen_tokenizer, MESSAGES)
+    chunks = [chunk async for chunk in engine.stream(req)]
+    whole = await engine.generate(req)
+    assert [len(c.token_ids) for c in chunks] == [1] * whole.output_len
+    assert [t for c in chunks for t in c.token_ids] == whole.output_tokens
+    assert [lp for c in chunks for lp in c.logprobs] == whole.output_logprobs
+    assert [v for c in chunks for v in c.versions] == whole.output_versions
+    assert [c.stop_reason for c in chunks] == [None] * (len(chunks) - 1) + [StopReason.STOP]
+
+
 async def test_token_delay_streams_one_token_at_a_time(
     make_engine: Callable[..., ScriptedEngine], qwen_tokenizer: Any
 ) -> None:

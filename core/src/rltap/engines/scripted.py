@@ -86,7 +86,8 @@ class ScriptedEngine(EngineBase):
         # response.output_logprobs: teacher-forced log_softmax(logits) of the tiny model (RAW)
 
     `script` may be sync or async, or a `"module:function"` string (see `load_script`).
-    `token_delay` sleeps before each token and streams them one by one (for streaming tests).
+    The reply streams as a real engine's does, one chunk per token; `token_delay` sleeps before
+    each one (for tests of what a client sees while a reply is still coming).
     `failures` maps a turn to the error raised on it (an `EngineError` instance or class, e.g.
     `{1: EngineTimeout}`), after `fail_after_tokens` tokens have been streamed.
     `end_token` defaults to `<|im_end|>` when the tokenizer has it, else its eos token.
@@ -166,7 +167,7 @@ class ScriptedEngine(EngineBase):
             event.set()
 
     async def stream(self, request: ModelRequest) -> AsyncGenerator[TokenChunk, None]:
-        """Yield the scripted reply's tokens (one chunk, or one per token with `token_delay`)."""
+        """Yield the scripted reply's tokens, one chunk per token."""
         await self.start()
         if len(request.input_ids) >= self._context_limit:
             msg = f"prompt has {len(request.input_ids)} tokens; the limit is {self._context_limit}"
@@ -274,20 +275,18 @@ class ScriptedEngine(EngineBase):
         failure: Failure | None,
         turn: int,
     ) -> AsyncGenerator[TokenChunk, None]:
-        step = 1 if self._token_delay > 0 or failure is not None else len(output)
         # A failure always comes before the final chunk: a stream that ended cleanly never fails.
         fail_at = min(self._fail_after_tokens, len(output) - 1)
-        for start in range(0, len(output), step):
-            if failure is not None and start == fail_at:
+        for index, (token_id, logprob) in enumerate(zip(output, logprobs, strict=True)):
+            if failure is not None and index == fail_at:
                 raise _instantiate(failure, turn)
             if self._token_delay > 0:
                 await asyncio.sleep(self._token_delay)
-            end = start + step
             yield TokenChunk(
-                token_ids=output[start:end],
-                logprobs=logprobs[start:end],
-                versions=[version] * len(output[start:end]),
-                stop_reason=reason if end >= len(output) else None,
+                token_ids=[token_id],
+                logprobs=[logprob],
+                versions=[version],
+                stop_reason=reason if index == len(output) - 1 else None,
             )
 
 
