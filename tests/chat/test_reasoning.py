@@ -24,7 +24,7 @@ from rltap.record.parsed import ParsedOutput, ParsedToolCall, sequential_call_id
         pytest.param(
             "<think>\nweigh it\n</think>\n\nAnswer",
             False,
-            ReasoningSplit("\nweigh it\n", "\n\nAnswer"),
+            ReasoningSplit("weigh it", "Answer"),
             id="block-then-content",
         ),
         pytest.param(
@@ -47,7 +47,7 @@ from rltap.record.parsed import ParsedOutput, ParsedToolCall, sequential_call_id
         pytest.param(
             "plan it\n</think>\n\ndone",
             True,
-            ReasoningSplit("plan it\n", "\n\ndone"),
+            ReasoningSplit("plan it", "done"),
             id="starts-in-reasoning",
         ),
         pytest.param(

@@ -21,14 +21,14 @@ ADD = ParsedToolCall(id="call_" + "0" * 24, name="add", arguments='{"a":1}')
             "<think>hm</think>The answer. Observation: x",
             ["Observation:"],
             False,
-            Reply(ParsedOutput("The answer.", "hm"), "Observation:"),
+            Reply(ParsedOutput("The answer. ", "hm"), "Observation:"),
             id="stop-string",
         ),
         pytest.param(
             "<think>a Stop</think>b",
             ["Stop"],
             False,
-            Reply(ParsedOutput("", "a"), "Stop"),
+            Reply(ParsedOutput("", "a "), "Stop"),
             id="stop-in-reasoning",
         ),
         pytest.param(

@@ -136,7 +136,7 @@ SAMPLES = [
         "qwen3",
         None,
         "  <think> a </think>  b  ",
-        ParsedOutput("b", "a"),
+        ParsedOutput("b  ", "a"),
         id="reasoning-only",
     ),
 ]
@@ -234,7 +234,7 @@ def test_holds_back_only_a_possible_tag() -> None:
         ToolCallArgumentsDelta(0, '{"a":1}'),
     ]
     assert stream.feed(" bye\n") == [ContentDelta("  bye")]
-    assert stream.finish() == []
+    assert stream.finish() == [ContentDelta("\n")]
 
 
 def test_reasoning_streams_before_close_tag() -> None:
@@ -300,10 +300,57 @@ def test_a_reply_cut_by_the_token_limit_drops_the_call_it_left_open(
         assert fold_deltas([*deltas, *stream.finish(truncated=True)]) == expected, pieces
 
 
-def test_without_parsers_content_is_only_stripped() -> None:
+# The text a client is shown: the decoded reply less only the markup the parsers turn into fields,
+# the whitespace touching that markup included (chat templates write it themselves:
+# `<think>\n...\n</think>\n\n` + content, content + `\n<tool_call>`).
+EXACT_TEXT = [
+    pytest.param("line one\n", ParsedOutput("line one\n"), id="trailing-newline-kept"),
+    pytest.param("   indented\n\n", ParsedOutput("   indented\n\n"), id="leading-spaces-kept"),
+    pytest.param(" \n\t", ParsedOutput(" \n\t"), id="only-whitespace-kept"),
+    pytest.param(
+        "<think>\nweigh it\n</think>\n\n  Answer:\n42\n",
+        ParsedOutput("Answer:\n42\n", "weigh it"),
+        id="reasoning-then-content",
+    ),
+    pytest.param(
+        "<think>\n\n</think>\n\nHi \n", ParsedOutput("Hi \n"), id="empty-reasoning-then-content"
+    ),
+    pytest.param(
+        f"Let me check.\n{HERMES_CALL}",
+        ParsedOutput("Let me check.", None, [_call(0, "get", HERMES_ARGS)]),
+        id="content-then-call",
+    ),
+    pytest.param(
+        f"<think>\nhm\n</think>\n\n  Two:\n\n{HERMES_CALL}\n{HERMES_CALL}\n",
+        ParsedOutput("Two:", "hm", [_call(0, "get", HERMES_ARGS), _call(1, "get", HERMES_ARGS)]),
+        id="reasoning-content-calls",
+    ),
+    pytest.param(
+        f"Before:\n{HERMES_CALL}\nAfter.\n",
+        ParsedOutput("Before:\n\nAfter.\n", None, [_call(0, "get", HERMES_ARGS)]),
+        id="text-on-both-sides-of-a-call",
+    ),
+    pytest.param(
+        " x <tool_call>{bad}</tool_call> \n",
+        ParsedOutput(" x <tool_call>{bad}</tool_call> \n"),
+        id="invalid-call-is-text-with-its-whitespace",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), EXACT_TEXT)
+def test_content_is_the_decoded_text_less_the_markup(text: str, expected: ParsedOutput) -> None:
+    parser = build_output_parser("hermes", "qwen3")
+    assert parser.parse(text, new_id=sequential_call_ids()) == expected
+    for pieces in _every_split(text):
+        folded, _ = _run(parser, pieces)
+        assert folded == expected, pieces
+
+
+def test_without_parsers_content_is_verbatim() -> None:
     stream = build_streaming_parser(None)
     deltas = [*stream.feed("  a <tool_call>"), *stream.feed(" b \n"), *stream.finish()]
-    assert fold_deltas(deltas) == ParsedOutput("a <tool_call> b")
+    assert fold_deltas(deltas) == ParsedOutput("  a <tool_call> b \n")
 
 
 def test_unknown_names_and_bad_flag_are_rejected() -> None:

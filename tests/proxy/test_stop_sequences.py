@@ -1,12 +1,12 @@
 """Stop strings end a reply on every API and engine, and the APIs say which one did.
 
-The text ends before the stop string, as OpenAI, Anthropic and vLLM return it, streamed too: a
-stop string split across tokens never shows in part. The recorded tokens keep it (they are what
-the engine produced), and the next call, which sends the cut text back, continues them. Anthropic
-reports `stop_reason: "stop_sequence"` with the matched `stop_sequence` (Messages never asks for
-logprobs, which the match once depended on); Chat ends with `stop` (Responses has no stop
-strings). Checked with the scripted engine (a fixed reply) and with the embedded engine running
-the tiny model, streamed and not.
+The text ends right before the stop string (a space before it kept), as OpenAI, Anthropic and
+vLLM return it, streamed too: a stop string split across tokens never shows in part. The recorded
+tokens keep it (they are what the engine produced), and the next call, which sends the cut text
+back, continues them. Anthropic reports `stop_reason: "stop_sequence"` with the matched
+`stop_sequence` (Messages never asks for logprobs, which the match once depended on); Chat ends
+with `stop` (Responses has no stop strings). Checked with the scripted engine (a fixed reply) and
+with the embedded engine running the tiny model, streamed and not.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ async def test_messages_reports_the_stop_sequence_that_matched(
     assert (message.stop_reason, message.stop_sequence) == ("stop_sequence", "Observation:")
     (text,) = message.content
     assert text.type == "text"
-    assert text.text == "The answer is 42."
+    assert text.text == "The answer is 42. "
     # A stop string the reply never reaches: the turn ends as usual.
     plain = await _messages_reply(client, ["NEVER"], stream)
     assert (plain.stop_reason, plain.stop_sequence) == ("end_turn", None)
@@ -98,7 +98,7 @@ async def test_messages_streams_no_part_of_the_stop_sequence(scripted: RunningPr
 @pytest.mark.parametrize(
     ("stop", "content"),
     [
-        pytest.param(["Observation:"], "The answer is 42.", id="whole-tokens"),
+        pytest.param(["Observation:"], "The answer is 42. ", id="whole-tokens"),
         pytest.param(["ation: the", "END"], "The answer is 42. Observ", id="within-a-token"),
     ],
 )
@@ -129,7 +129,7 @@ async def test_the_next_call_continues_the_recorded_tokens(
     first = await client.chat.completions.create(
         model="tiny", messages=messages, stop=["Observation:"]
     )
-    assert first.choices[0].message.content == "The answer is 42."
+    assert first.choices[0].message.content == "The answer is 42. "
     messages += [
         first.choices[0].message.model_dump(exclude_none=True),
         {"role": "user", "content": "and then?"},

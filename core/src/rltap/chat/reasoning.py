@@ -11,7 +11,11 @@ Rules:
   while thinking has no content).
 - Everything after `</think>` is content, to be read by the tool parser; a tool call inside the
   reasoning is never a call.
-- Text is split verbatim; stripping the edges is left to the caller (`rltap.chat.streaming`).
+- Text is split verbatim but for the whitespace that touches a tag, which is part of the markup
+  (chat templates write `<think>\n` + reasoning + `\n</think>\n\n` + content themselves):
+  whitespace before `<think>`, at the start and end of the reasoning, and at the start of the
+  content after `</think>`. The reasoning of a block cut off before `</think>` keeps its
+  trailing whitespace, and content without a block before it keeps its leading whitespace.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from rltap.chat.registry import Registry
-from rltap.chat.tool_call_stream import partial_tag_len
+from rltap.chat.tool_call_stream import TextAroundMarkup, partial_tag_len
 from rltap.record.parsed import ContentDelta, ReasoningDelta
 
 __all__ = [
@@ -37,7 +41,8 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class ReasoningSplit:
-    """Verbatim reasoning (None when there is no reasoning text) and the content after it."""
+    """The reasoning (None when there is no reasoning text) and the content after it, less the
+    whitespace touching the tags (see the module docstring)."""
 
     reasoning: str | None
     content: str
@@ -52,8 +57,10 @@ class _State(enum.Enum):
 class ReasoningStream:
     """Incremental reasoning splitter for one reply: `feed` pieces, then `finish` once.
 
-    Yields verbatim `ReasoningDelta` and `ContentDelta` values. Held back: leading whitespace and a
-    possible opening tag at the start, and a possible partial closing tag inside the reasoning.
+    Yields `ReasoningDelta` and `ContentDelta` values (verbatim but for the whitespace touching a
+    tag). Held back: leading whitespace and a possible opening tag at the start, a possible partial
+    closing tag and trailing whitespace inside the reasoning, and whitespace right after the
+    closing tag.
     """
 
     def __init__(self, *, open_tag: str, close_tag: str, starts_in_reasoning: bool) -> None:
@@ -62,6 +69,8 @@ class ReasoningStream:
         self._starts_in_reasoning = starts_in_reasoning
         self._state = _State.START
         self._buf = ""
+        self._thought = TextAroundMarkup(after_markup=True)  # it starts after `<think>`
+        self._after_close = False  # content not yet begun right after `</think>`
         self._deltas: list[ContentDelta | ReasoningDelta] = []
         self._finished = False
 
@@ -82,6 +91,8 @@ class ReasoningStream:
         self._finished = True
         while self._step(at_end=True):
             pass
+        if self._state is _State.REASONING:
+            self._reasoning(self._thought.end())
         return self._take()
 
     def _take(self) -> list[ContentDelta | ReasoningDelta]:
@@ -100,9 +111,12 @@ class ReasoningStream:
                 self._state = _State.REASONING if self._starts_in_reasoning else _State.CONTENT
             return True
         if self._state is _State.CONTENT:
-            if self._buf:
-                self._deltas.append(ContentDelta(self._buf))
-            self._buf = ""
+            text, self._buf = self._buf, ""
+            if self._after_close:
+                text = text.lstrip()
+                self._after_close = not text
+            if text:
+                self._deltas.append(ContentDelta(text))
             return False
         return self._step_reasoning(at_end=at_end)
 
@@ -110,14 +124,21 @@ class ReasoningStream:
         close = self._buf.find(self._close)
         if close >= 0:
             text, self._buf = self._buf[:close], self._buf[close + len(self._close) :]
-            self._state = _State.CONTENT
         else:
             held = 0 if at_end else partial_tag_len(self._buf, (self._close,))
             cut = len(self._buf) - held
             text, self._buf = self._buf[:cut], self._buf[cut:]
+        self._reasoning(self._thought.text(text))
+        if close >= 0:
+            self._thought.markup()
+            self._thought.end()  # the whitespace before `</think>` is the tag's
+            self._state = _State.CONTENT
+            self._after_close = True
+        return close >= 0
+
+    def _reasoning(self, text: str) -> None:
         if text:
             self._deltas.append(ReasoningDelta(text))
-        return close >= 0
 
 
 class ReasoningParser:
@@ -139,7 +160,7 @@ class ReasoningParser:
         )
 
     def split(self, text: str, *, starts_in_reasoning: bool | None = None) -> ReasoningSplit:
-        """Split a whole reply into verbatim reasoning and content."""
+        """Split a whole reply into reasoning and content (see `ReasoningSplit`)."""
         stream = self.stream(starts_in_reasoning=starts_in_reasoning)
         reasoning: list[str] = []
         content: list[str] = []

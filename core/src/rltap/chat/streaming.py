@@ -19,14 +19,18 @@ Hold-back (what `feed` does not release yet):
   tells whether it is one;
 - a whole tool-call block until it is complete, so that invalid JSON can still fall back to content
   and a call is never announced and then retracted (see `rltap.chat.tool_parsers`);
-- leading whitespace of the content and of the reasoning (dropped) and trailing whitespace of
-  either (released when more text follows it, dropped at the end). This makes the streamed
-  content equal the stripped content of a whole-text parse.
+- whitespace, until the next visible text tells whether it touches markup.
+
+What the client is shown is the decoded text less the markup the parsers turn into fields: the
+`<think>` block, the tool-call blocks, and the whitespace touching them (whitespace before
+`<think>`, around the reasoning, after `</think>`, and at the edges of the content next to a
+call: see `rltap.chat.reasoning` and `rltap.chat.tool_call_stream`). All other text is kept as
+decoded: a plain reply `"  line one\n"` is `"  line one\n"`.
 
 Flush (`finish`): a partial tag or an unclosed tool-call block becomes content, verbatim (but
 a call left open by a reply cut at the token limit, `truncated`, is dropped: see
-`rltap.chat.tool_call_stream`); an unclosed reasoning block stays reasoning; trailing whitespace
-is dropped.
+`rltap.chat.tool_call_stream`); an unclosed reasoning block stays reasoning; held whitespace
+that touches no markup is released.
 """
 
 from __future__ import annotations
@@ -52,27 +56,6 @@ __all__ = [
     "build_streaming_parser",
     "parse_output",
 ]
-
-
-class _EdgeTrimmer:
-    """Strips the edges of a text that arrives in pieces, releasing the middle as it comes."""
-
-    __slots__ = ("_held", "_started")
-
-    def __init__(self) -> None:
-        self._started = False
-        self._held = ""
-
-    def push(self, text: str) -> str:
-        if not self._started:
-            text = text.lstrip()
-            if not text:
-                return ""
-            self._started = True
-        text = self._held + text
-        body = text.rstrip()
-        self._held = text[len(body) :]
-        return body
 
 
 class StreamingParser:
@@ -101,8 +84,6 @@ class StreamingParser:
         self._tools: ToolCallStream | None = (
             tool_parser.stream(new_id=new_id) if tool_parser is not None else None
         )
-        self._content = _EdgeTrimmer()
-        self._thoughts = _EdgeTrimmer()
         self._finished = False
 
     def feed(self, text: str) -> list[Delta]:
@@ -121,34 +102,17 @@ class StreamingParser:
         self._finished = True
         deltas = self._route(self._reasoning.finish()) if self._reasoning else []
         if self._tools is not None:
-            deltas.extend(self._trim(self._tools.finish(truncated=truncated)))
+            deltas.extend(self._tools.finish(truncated=truncated))
         return deltas
 
     def _route(self, split: Sequence[ContentDelta | ReasoningDelta]) -> list[Delta]:
         deltas: list[Delta] = []
         for piece in split:
-            if isinstance(piece, ReasoningDelta):
-                deltas.extend(self._trim([piece]))
-            elif self._tools is not None:
-                deltas.extend(self._trim(self._tools.feed(piece.text)))
+            if isinstance(piece, ContentDelta) and self._tools is not None:
+                deltas.extend(self._tools.feed(piece.text))
             else:
-                deltas.extend(self._trim([piece]))
+                deltas.append(piece)
         return deltas
-
-    def _trim(self, deltas: list[Delta]) -> list[Delta]:
-        trimmed: list[Delta] = []
-        for delta in deltas:
-            if isinstance(delta, ContentDelta):
-                text = self._content.push(delta.text)
-                if text:
-                    trimmed.append(ContentDelta(text))
-            elif isinstance(delta, ReasoningDelta):
-                text = self._thoughts.push(delta.text)
-                if text:
-                    trimmed.append(ReasoningDelta(text))
-            else:
-                trimmed.append(delta)
-        return trimmed
 
 
 def parse_output(
@@ -167,11 +131,9 @@ def parse_output(
     content = text
     if reasoning_parser is not None:
         split = reasoning_parser.split(text, starts_in_reasoning=starts_in_reasoning)
-        if split.reasoning is not None:
-            reasoning = split.reasoning.strip() or None
-        content = split.content
+        reasoning, content = split.reasoning, split.content
     if tool_parser is None:
-        return ParsedOutput(content=content.strip(), reasoning=reasoning)
+        return ParsedOutput(content=content, reasoning=reasoning)
     parsed = tool_parser.parse(content, new_id=new_id, truncated=truncated)
     return ParsedOutput(content=parsed.content, reasoning=reasoning, tool_calls=parsed.tool_calls)
 

@@ -15,8 +15,12 @@ Rules shared by every format:
 - A call is emitted when its block is complete (one start delta, then one arguments delta), never
   piecemeal: a block that turns out invalid must fall back to content, and a call already
   announced to a client cannot be taken back.
-- Streams yield content verbatim; stripping the edges is the caller's job (`ToolParser.parse`
-  strips, `rltap.chat.streaming.StreamingParser` holds back edge whitespace).
+- Content is the text outside the calls, verbatim, less the whitespace that belongs to a
+  call's markup: the content's leading whitespace when a call comes before its first visible
+  character, and its trailing whitespace when a call comes after its last one
+  (`TextAroundMarkup`). `Sure!\n<tool_call>...</tool_call>` is `Sure!`, as the chat templates
+  write the `\n` themselves between the text and the call; whitespace between two pieces of
+  text stays, and a reply without a call is returned exactly as decoded.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from rltap.record.parsed import (
 __all__ = [
     "JsonExtent",
     "StreamState",
+    "TextAroundMarkup",
     "ToolCallStream",
     "ToolParser",
     "call_fields",
@@ -60,6 +65,57 @@ def partial_tag_len(text: str, tags: tuple[str, ...]) -> int:
         if any(tag.startswith(tail) for tag in tags if len(tag) > size):
             return size
     return 0
+
+
+class TextAroundMarkup:
+    """The text of one part of a reply (its content, or its reasoning) as it arrives between
+    markup, released as it comes, less the whitespace that touches the markup.
+
+    Dropped: the text's leading whitespace when markup comes before its first visible character,
+    its trailing whitespace when markup comes after its last one. Kept: whitespace between two
+    visible characters (even with markup between them) and at the edges of the output. Whitespace
+    is held back until the next visible text tells which it is.
+
+    Usage:
+        edges = TextAroundMarkup()
+        edges.text("Sure! ")  # "Sure!"
+        edges.markup()        # a tool call
+        edges.end()           # "": the trailing " " touched the call
+    """
+
+    __slots__ = ("_after_markup", "_blank", "_shown")
+
+    def __init__(self, *, after_markup: bool = False) -> None:
+        self._blank = ""  # whitespace held back
+        self._shown = False  # whether visible text was released
+        self._after_markup = after_markup  # markup since the last visible text
+
+    def text(self, text: str) -> str:
+        """The next text; returns what may be released now."""
+        held = self._blank + text
+        body = held.rstrip()
+        if not body:
+            self._blank = held
+            return ""
+        self._blank = held[len(body) :]
+        if not self._shown and self._after_markup:
+            body = body.lstrip()
+        self._shown = True
+        self._after_markup = False
+        return body
+
+    def markup(self) -> None:
+        """Markup came: whitespace before it at the start of the text is dropped now; between
+        visible text it waits for the next visible text."""
+        if not self._shown:
+            self._blank = ""
+        self._after_markup = True
+
+    def end(self) -> str:
+        """The text ended: the whitespace still held, unless markup came after the last visible
+        text."""
+        blank, self._blank = self._blank, ""
+        return "" if self._after_markup else blank
 
 
 def _reject_constant(name: str) -> object:
@@ -155,8 +211,9 @@ class StreamState(enum.Enum):
 class ToolCallStream(ABC):
     """Incremental tool-call parser for one reply: `feed` pieces, then `finish` once.
 
-    Yields `ContentDelta` (verbatim, unstripped), `ToolCallStartDelta` and
-    `ToolCallArgumentsDelta`. Text that may still turn out to be markup is held back; `finish`
+    Yields `ContentDelta` (the text outside calls, less the whitespace touching them: see the
+    module docstring), `ToolCallStartDelta` and `ToolCallArgumentsDelta`. Text that may still
+    turn out to be markup is held back, and so is whitespace until the next visible text; `finish`
     releases whatever is held as content.
     """
 
@@ -168,6 +225,7 @@ class ToolCallStream(ABC):
         self._deltas: list[Delta] = []
         self._calls = 0
         self._json = JsonExtent()
+        self._edges = TextAroundMarkup()
         self._finished = False
 
     def feed(self, text: str) -> list[Delta]:
@@ -186,9 +244,14 @@ class ToolCallStream(ABC):
         if self._finished:
             return []
         self._finished = True
-        if not (truncated and self._state is not StreamState.TEXT):
+        if truncated and self._state not in (StreamState.TEXT, StreamState.START):
+            self._edges.markup()  # the call left open is dropped, with the whitespace before it
+        else:
             self._content(self._pending + self._buf)
         self._pending = self._buf = ""
+        rest = self._edges.end()
+        if rest:
+            self._deltas.append(ContentDelta(rest))
         return self._take()
 
     @abstractmethod
@@ -200,10 +263,12 @@ class ToolCallStream(ABC):
         return deltas
 
     def _content(self, text: str) -> None:
-        if text:
-            self._deltas.append(ContentDelta(text))
+        released = self._edges.text(text)
+        if released:
+            self._deltas.append(ContentDelta(released))
 
     def _emit_call(self, name: str, arguments: str) -> None:
+        self._edges.markup()
         index = self._calls
         self._calls += 1
         self._deltas.append(ToolCallStartDelta(index=index, id=self._new_id(), name=name))
@@ -294,10 +359,9 @@ class ToolParser(ABC):
     def parse(
         self, text: str, *, new_id: IdFactory | None = None, truncated: bool = False
     ) -> ParsedOutput:
-        """Parse a whole reply (no reasoning handling): stripped content and the tool calls;
-        `truncated`: the reply was cut short by the token limit."""
+        """Parse a whole reply (no reasoning handling): the content (see the module docstring)
+        and the tool calls; `truncated`: the reply was cut short by the token limit."""
         if self.opening_tags and not any(tag in text for tag in self.opening_tags):
-            return ParsedOutput(content=text.strip())  # most replies: no need to run the parser
+            return ParsedOutput(content=text)  # most replies: no need to run the parser
         stream = self.stream(new_id=new_id)
-        folded = fold_deltas([*stream.feed(text), *stream.finish(truncated=truncated)])
-        return ParsedOutput(content=folded.content.strip(), tool_calls=folded.tool_calls)
+        return fold_deltas([*stream.feed(text), *stream.finish(truncated=truncated)])

@@ -64,9 +64,9 @@ class ParsedToolCall:
 class ParsedOutput:
     """A model reply split into visible content, reasoning and tool calls.
 
-    `content` is the text outside reasoning and tool calls with leading and trailing whitespace
-    removed ("" when there is none); `reasoning` is the reasoning text, stripped the same way, or
-    None when there is none.
+    `content` is the text outside reasoning and tool calls ("" when there is none), as decoded
+    but for the whitespace touching that markup; `reasoning` is the reasoning text, less the
+    whitespace touching its tags, or None when there is none (see `rltap.chat.streaming`).
     """
 
     content: str
@@ -111,8 +111,9 @@ Delta = ContentDelta | ReasoningDelta | ToolCallStartDelta | ToolCallArgumentsDe
 def fold_deltas(deltas: Iterable[Delta]) -> ParsedOutput:
     """Concatenate the deltas of one reply into a `ParsedOutput`.
 
-    Text is joined as is (a streaming parser already strips the edges); reasoning is None when no
-    reasoning delta came. An arguments delta for an index that never started raises ValueError.
+    Text is joined as is (a streaming parser already left the markup out); reasoning is None
+    when no reasoning delta came. An arguments delta for an index that never started raises
+    ValueError.
     """
     content: list[str] = []
     reasoning: list[str] = []
