@@ -14,7 +14,8 @@ import pytest
 import rltap
 from rltap.areal import InteractionCache, InteractionWithTokenLogpReward
 from rltap.areal import ModelResponse as AReaLResponse
-from rltap.record.types import InteractionStatus, ModelResponse, StopReason
+from rltap.record.errors import ExportMismatch
+from rltap.record.types import InteractionStatus, Link, ModelResponse, StopReason
 
 USER_0 = {"role": "user", "content": "2+2?"}
 ANSWER_0 = {"role": "assistant", "content": "4"}
@@ -84,7 +85,7 @@ def test_an_interaction_stored_the_areal_way_is_complete() -> None:
     cache.set_last_reward(1.0)
     exported = cache.export_interactions("individual")
     assert list(exported) == ["a", "b"]
-    assert rewards(exported) == {"a": 0.0, "b": 1.0}
+    assert rewards(exported) == {"a": None, "b": 1.0}  # AReaL's: as they stand
 
 
 def test_an_interaction_stored_before_its_reply_completes_when_the_reply_is_set() -> None:
@@ -105,7 +106,7 @@ def test_an_interaction_stored_before_its_reply_completes_when_the_reply_is_set(
     assert stored.status is InteractionStatus.COMPLETE
     assert cache["b"].parent is stored
     cache.set_reward("a", 0.5)
-    assert rewards(cache.export_interactions("individual")) == {"a": 0.5, "b": 0.0}
+    assert rewards(cache.export_interactions("individual")) == {"a": 0.5, "b": None}
 
 
 def test_an_areal_model_response_is_read_into_rltaps() -> None:
@@ -148,8 +149,9 @@ def test_apply_reward_discount_a_second_time_is_a_runtime_error() -> None:
     cache = InteractionCache(episode())
     cache.set_last_reward(10.0)
     cache.apply_reward_discount(turn_discount=0.9)
-    with pytest.raises(RuntimeError, match="only be called once"):
+    with pytest.raises(RuntimeError) as raised:
         cache.apply_reward_discount(turn_discount=0.9)
+    assert str(raised.value) == "apply_reward_discount should only be called once."  # AReaL's
     assert [cache[name].reward for name in "abc"] == pytest.approx([8.1, 9.0, 10.0])
 
 
@@ -173,6 +175,78 @@ def test_concat_exports_the_leaves_of_the_tree_with_their_parents() -> None:
     # c's sequence is the whole branch: a's reply is trained on too, c's new prompt is not.
     assert tensors["input_ids"].tolist() == [[10, 11, 12, 15, 16, 17]]
     assert tensors["loss_mask"].tolist() == [[0, 0, 1, 0, 1, 1]]
+
+
+def test_an_individual_export_links_each_copy_to_its_exported_parent() -> None:
+    cache = InteractionCache(episode())
+    exported = cache.export_interactions("individual")
+    assert exported["a"].parent is None
+    assert exported["b"].parent is exported["a"]
+    assert exported["c"].parent is exported["a"]
+    # The copies are the export's own: the cache keeps its interactions, linked as they were.
+    assert exported["a"] is not cache["a"]
+    assert cache["b"].parent is cache["a"]
+
+
+def test_a_concat_export_links_a_leaf_to_its_exported_parent_or_else_the_cached_one() -> None:
+    a = interaction("a")
+    # d rewrites a's history (another prompt, not a's tokens continued): both are leaves.
+    d = interaction("b")
+    d.model_response = response([10, 11, 20, 13], [14])
+    d.parent, d.link = a, Link.REWRITE
+    cache = InteractionCache({"a": a, "d": d})
+
+    leaves = cache.export_interactions("concat")
+    assert list(leaves) == ["a", "d"]
+    assert leaves["d"].parent is leaves["a"]
+
+    cache = InteractionCache(episode())
+    leaves = cache.export_interactions("concat")
+    assert leaves["b"].parent is cache["a"]  # not exported: as AReaL's, the cached interaction
+
+
+def test_an_unrewarded_interaction_exports_none_and_trains_on_zero() -> None:
+    cache = InteractionCache(episode())
+    cache.set_reward("c", 1.0)
+    for style in ("individual", "concat"):
+        exported = cache.export_interactions(style)
+        assert exported["b"].reward is None
+        assert exported["b"].to_tensor_dict()["rewards"].tolist() == [0.0]
+        assert exported["c"].reward == 1.0
+
+
+@pytest.mark.parametrize(
+    ("chat_template_type", "ids", "mask"),
+    [
+        pytest.param("concat", [10, 11, 12, 15, 16, 17], [0, 0, 1, 0, 1, 1], id="concat-branch"),
+        pytest.param("hf", [10, 11, 12, 15, 16, 17], [0, 0, 0, 0, 1, 1], id="hf-own-call"),
+    ],
+)
+def test_an_individual_export_trains_a_concat_rendered_call_on_its_branch(
+    chat_template_type: str, ids: list[int], mask: list[int]
+) -> None:
+    # AReaL's `to_tensor_dict` walks the parents of a concat-rendered call in either style.
+    cache = InteractionCache(episode(chat_template_type))
+    tensors = cache.export_interactions("individual")["c"].to_tensor_dict()
+    assert tensors["input_ids"].tolist() == [ids]
+    assert tensors["loss_mask"].tolist() == [mask]
+    assert tensors["logprobs"].tolist()[0][2] == pytest.approx(
+        -0.1 if chat_template_type == "concat" else 0.0
+    )
+
+
+def test_a_broken_prefix_fails_a_concat_export_and_an_individual_copys_tensors() -> None:
+    items = episode()
+    items["c"].model_response = response([10, 11, 99, 15], [16, 17])  # not a's tokens continued
+    items["c"].parent, items["c"].link = items["a"], Link.PREFIX
+    cache = InteractionCache(items)
+    with pytest.raises(ExportMismatch, match="does not continue its parent a"):
+        cache.export_interactions("concat")
+    exported = cache.export_interactions("individual")
+    assert exported["c"].parent is exported["a"]
+    with pytest.raises(ExportMismatch, match="does not continue its parent a"):
+        exported["c"].to_tensor_dict()
+    assert exported["b"].to_tensor_dict()["input_ids"].tolist() == [[10, 11, 12, 13, 14]]
 
 
 def test_concat_of_hf_rendered_interactions_is_a_value_error() -> None:

@@ -1,7 +1,10 @@
 """What AReaL's own tests of its agentic layer pin (inclusionAI/AReaL at 4aef98d,
 tests/experimental/openai), checked on `rltap.areal`: the chat template type set after
 construction, AReaL's chunk shape of a streamed completion, duck-typed replies in the cache,
-AReaL's concat prompt function and its messages. `rltap`'s own names keep rltap's behaviour.
+AReaL's concat prompt function and its messages, and the concat conversations of its client tests
+(a branching multi-round tree, replies cut at the token limit, multi-step tool calling), whose
+exports link each copy to its exported parent and train each call on its branch, over an AReaL
+engine and over rltap's. `rltap`'s own names keep rltap's behaviour.
 
 AReaL's test files are not in any registry package (the `areal` 1.0.4 sdist ships none), so these
 are written here from the behaviour those tests pin (docs/switching-from-areal.md).
@@ -15,12 +18,14 @@ from typing import Any
 from unittest.mock import MagicMock
 
 import pytest
+import torch
 
 from rltap.areal import ArealOpenAI, InteractionCache, InteractionWithTokenLogpReward, ModelResponse
 from rltap.areal.client import concat_prompt_token_ids_with_parent
 from rltap.testing.areal_engine import ScriptedArealEngine
 
 ClientFactory = Callable[..., tuple[ArealOpenAI, ScriptedArealEngine]]  # the areal_client fixture
+EngineClientFactory = Callable[..., ArealOpenAI]  # the engine_client fixture
 
 BASE = [
     {"role": "system", "content": "You are a helpful assistant."},
@@ -246,3 +251,115 @@ def test_concat_prompt_of_a_parent_without_reply_is_areals_value_error(
     parent = InteractionWithTokenLogpReward(messages=BASE)
     with pytest.raises(ValueError, match="Parent interaction has no model_response"):
         concat_prompt_token_ids_with_parent(BASE, parent, qwen_tokenizer)
+
+
+def branch_mask(branch: list[InteractionWithTokenLogpReward]) -> list[int]:
+    """AReaL's tests' loss mask for the last call of `branch` (root first): each call's new prompt
+    tokens 0, its reply 1."""
+    mask: list[int] = []
+    for node in branch:
+        response = node.model_response
+        assert response is not None
+        mask += [0] * (response.input_len - len(mask)) + [1] * response.output_len
+    return mask
+
+
+def assert_exported_tree(
+    exported: dict[str, InteractionWithTokenLogpReward], parents: dict[str, str | None]
+) -> None:
+    """Each exported copy's parent is the exported copy of its parent, and its tensors its
+    branch (what AReaL's tests check on the `individual` export of a concat conversation)."""
+    assert list(exported) == list(parents)
+    for child, parent in parents.items():
+        if parent is None:
+            assert exported[child].parent is None
+        else:
+            assert exported[child].parent is exported[parent]
+        branch = [exported[child]]
+        while (above := branch[-1].parent) is not None:
+            branch.append(above)
+        mask = exported[child].to_tensor_dict()["loss_mask"].squeeze(0).tolist()
+        assert mask == branch_mask(branch[::-1])
+
+
+async def test_a_multi_round_concat_tree_exports_linked_copies(
+    engine_client: EngineClientFactory,
+) -> None:
+    client = engine_client(["Root.", "A.", "A1.", "A2.", "B.", "B1."])
+    client.chat_template_type = "concat"
+    create = client.chat.completions.create
+    root = await create(messages=BASE, max_completion_tokens=64)
+    ask_a, ask_b = ask(BASE, root, "Question A"), ask(BASE, root, "Question B")
+    a = await create(messages=ask_a)
+    a1 = await create(messages=ask(ask_a, a, "Follow-up A1"))
+    a2 = await create(messages=ask(ask_a, a, "Follow-up A2"))
+    b = await create(messages=ask_b)
+    b1 = await create(messages=ask(ask_b, b, "Follow-up B1"))
+    for leaf, reward in ((a1, 2.0), (a2, 1.5), (b1, 3.0)):
+        client.set_reward(leaf.id, reward)
+
+    leaves = client.export_interactions(style="concat")
+    every = client.export_interactions(style="individual")
+
+    assert set(leaves) == {a1.id, a2.id, b1.id}
+    parents = {root.id: None, a.id: root.id, a1.id: a.id, a2.id: a.id, b.id: root.id}
+    assert_exported_tree(every, {**parents, b1.id: b.id})
+    assert [every[c.id].reward for c in (root, a, a1, a2, b, b1)] == [None, None, 2, 1.5, None, 3]
+    for leaf, parent in ((a1, a), (a2, a), (b1, b)):
+        # A leaf's parent is not in the concat export: as AReaL's, the cached interaction.
+        assert leaves[leaf.id].parent is client.get_interaction(parent.id)
+        assert torch.equal(
+            leaves[leaf.id].to_tensor_dict()["input_ids"],
+            every[leaf.id].to_tensor_dict()["input_ids"],
+        )
+
+
+async def test_a_concat_conversation_cut_at_the_token_limit_exports_linked_copies(
+    engine_client: EngineClientFactory,
+) -> None:
+    long_reply = "This reply goes on for far longer than the eight tokens it may have."
+    client = engine_client([long_reply] * 3)
+    client.chat_template_type = "concat"
+    create = client.chat.completions.create
+    root = await create(messages=BASE, max_completion_tokens=8)
+    ask_a = ask(BASE, root, "Question A")
+    a = await create(messages=ask_a, max_completion_tokens=8)
+    a1 = await create(messages=ask(ask_a, a, "Follow-up A1"), max_completion_tokens=8)
+    assert [c.choices[0].finish_reason for c in (root, a, a1)] == ["length"] * 3
+    client.set_reward(a1.id, 2.0)
+
+    assert list(client.export_interactions(style="concat")) == [a1.id]
+    every = client.export_interactions(style="individual")
+    assert_exported_tree(every, {root.id: None, a.id: root.id, a1.id: a.id})
+    assert every[a1.id].reward == 2.0
+
+
+async def test_multi_step_tool_calling_in_concat_exports_linked_copies(
+    engine_client: EngineClientFactory,
+) -> None:
+    call = '<tool_call>\n{"name": "get_weather", "arguments": {"location": "Paris"}}\n</tool_call>'
+    client = engine_client([call, "Sunny.", call, "Rainy."], tool_call_parser="qwen25")
+    client.chat_template_type = "concat"
+    create = client.chat.completions.create
+    system = [{"role": "system", "content": "You are a helpful assistant."}]
+    replies: list[Any] = []
+    for question, weather in (("Weather in Paris?", "sunny"), ("And in Rome?", "rainy")):
+        asked = [*system, {"role": "user", "content": question}]
+        calling = await create(messages=asked, tools=[WEATHER], tool_choice="auto")
+        message = calling.choices[0].message
+        assert calling.choices[0].finish_reason == "tool_calls"
+        # AReaL's test: the reply rebuilt as a dict holding the SDK's tool call objects.
+        answered = [
+            *asked,
+            {"role": "assistant", "content": message.content, "tool_calls": message.tool_calls},
+            {"role": "tool", "content": weather, "tool_call_id": "mock_id"},
+        ]
+        replies += [calling, await create(messages=answered, tools=[WEATHER])]
+    c_a, c_a1, c_b, c_b1 = replies
+    client.set_reward(c_a1.id, 2.0)
+    client.set_reward(c_b1.id, 3.0)
+
+    assert set(client.export_interactions(style="concat")) == {c_a1.id, c_b1.id}
+    every = client.export_interactions(style="individual")
+    assert_exported_tree(every, {c_a.id: None, c_a1.id: c_a.id, c_b.id: None, c_b1.id: c_b.id})
+    assert [every[c.id].reward for c in replies] == [None, 2.0, None, 3.0]

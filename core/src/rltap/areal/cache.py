@@ -11,26 +11,33 @@ What differs from `rltap.InteractionCache` is only what AReaL's callers rely on:
   branch it is on) are a ValueError saying so, never made up.
 - `apply_reward_discount(turn_discount)` discounts in insertion order ("chain": AReaL's
   numbers), writes the discounted reward into each interaction, and may be called only once
-  (RuntimeError after that). `rltap.InteractionCache` discounts along the tree and never
-  mutates.
-- `export_interactions(style, reward_discount=None)` exports the rewards as they stand
-  (discounting first when `reward_discount` is given and nothing was discounted yet); `concat`
+  (after that a RuntimeError with AReaL's text). `rltap.InteractionCache` discounts along the
+  tree and never mutates.
+- `export_interactions(style, reward_discount=None)` exports copies with the rewards as they
+  stand (None where none was set; discounting first when `reward_discount` is given and nothing
+  was discounted yet). Within one export the copies link to each other as AReaL's objects do:
+  `exported[child].parent is exported[parent]` wherever both are exported (every parent in
+  `individual`); a `concat` leaf's parent, not exported, is the cached interaction. `concat`
   needs every interaction rendered with `chat_template_type="concat"`; a bad style is a
-  ValueError.
+  ValueError. As AReaL's `to_tensor_dict` walks the parents of a concat-rendered call, such a
+  call's `individual` copy trains on its whole branch too, as its `concat` leaf would; a branch
+  whose tokens break is `ExportMismatch` from that copy's `to_tensor_dict()` (from the export
+  itself in `concat`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
 from rltap.areal.io_struct import to_rltap_response
 from rltap.cache import InteractionCache as TreeCache
-from rltap.export import ExportStyle, branch_sequence, concat_leaves, export_interactions
-from rltap.record.errors import InvalidRequest
+from rltap.export import branch_sequence, concat_leaves
+from rltap.record.errors import ExportMismatch, InvalidRequest
 from rltap.record.types import InteractionStatus, InteractionWithTokenLogpReward, TokenSequence
 from rltap.record.types import ModelResponse as RltapResponse
 
@@ -48,41 +55,65 @@ def _readable(response: Any) -> Any:
 
 
 @dataclass(slots=True, kw_only=True)
-class _Unreadable(TokenSequence):
-    """The export sequence of an interaction whose tokens rest on a reply rltap cannot read."""
+class _Refused(TokenSequence):
+    """The export sequence of an interaction whose tensors cannot be built: `to_tensor_dict()`
+    raises `error` (the export itself, its ids, rewards and parents, still stands)."""
 
-    reason: str
+    error: Exception
 
     def to_arrays(self, reward: float) -> dict[str, np.ndarray]:
-        raise ValueError(self.reason)
+        raise self.error
 
 
-def _export_duck_typed(
-    complete: Sequence[InteractionWithTokenLogpReward],
-    rewards: Mapping[str, float],
-    style: str,
-) -> dict[str, InteractionWithTokenLogpReward]:
-    """`export_interactions` where some replies are kept as given: the same interactions, the
-    tensors of those that stand on such a reply refused."""
-    exported = {}
-    for node in concat_leaves(complete) if style == "concat" else complete:
-        branch = [node]
-        while style == "concat" and (above := branch[-1].token_parent) is not None:
-            branch.append(above)
-        unreadable = [n for n in branch if not isinstance(n.model_response, RltapResponse)]
-        sequence: TokenSequence | None = None
-        if unreadable:
-            response = unreadable[0].model_response
+def _on_branch(node: InteractionWithTokenLogpReward, style: str) -> bool:
+    """Whether `node`'s tensors are its branch: a concat export's leaf, or, as AReaL's
+    `to_tensor_dict` walks the parents of a concat-rendered call, one continuing its parent."""
+    return style == "concat" or (
+        node.chat_template_type == "concat" and node.token_parent is not None
+    )
+
+
+def _export_sequence(node: InteractionWithTokenLogpReward, style: str) -> TokenSequence | None:
+    """What the export copy of `node` trains on; None for its own prompt and reply."""
+    along = _on_branch(node, style)
+    branch = [node]
+    while along and (above := branch[-1].token_parent) is not None:
+        branch.append(above)
+    for member in branch:
+        response = member.model_response
+        if not isinstance(response, RltapResponse):
             reason = (
-                f"interaction {unreadable[0].interaction_id}'s model_response is a "
+                f"interaction {member.interaction_id}'s model_response is a "
                 f"{type(response).__name__} that does not read as a ModelResponse (token ids, "
                 "logprobs and versions of one length, an AReaL stop_reason): it has no tensors"
             )
-            sequence = _Unreadable(reason=reason)
-        elif style == "concat":
-            sequence = branch_sequence(node)
-        reward = rewards[node.interaction_id]
-        exported[node.interaction_id] = node.copy_for_export(reward=reward, sequence=sequence)
+            return _Refused(error=ValueError(reason))
+    if not along:
+        return None
+    if style == "concat":
+        return branch_sequence(node)  # a broken prefix fails the export, as rltap's does
+    try:
+        return branch_sequence(node)
+    except ExportMismatch as exc:
+        return _Refused(error=exc)
+
+
+def _export(
+    complete: Sequence[InteractionWithTokenLogpReward], style: str
+) -> dict[str, InteractionWithTokenLogpReward]:
+    """Copies of `complete` (`concat`: its leaves) as AReaL hands them out: rewards as they
+    stand (None where none was set), and a copy's `parent` the exported copy of its parent
+    wherever the export holds that too, so the copies form the tree the cache holds."""
+    nodes = concat_leaves(complete) if style == "concat" else complete
+    exported = {
+        node.interaction_id: dataclasses.replace(
+            node, export_sequence=_export_sequence(node, style)
+        )
+        for node in nodes
+    }
+    for node in exported.values():
+        if node.parent is not None and (twin := exported.get(node.parent.interaction_id)):
+            node.parent = twin
     return exported
 
 
@@ -137,7 +168,8 @@ class InteractionCache(TreeCache):
     ) -> dict[str, InteractionWithTokenLogpReward]:
         """Chain-discount the rewards in place, once; returns the complete interactions."""
         if self._discounted:
-            msg = "apply_reward_discount should only be called once"
+            # AReaL's exact text: its tests match it.
+            msg = "apply_reward_discount should only be called once."
             raise RuntimeError(msg)
         self._complete_pending()
         discounted = super().apply_reward_discount(turn_discount, mode="chain")
@@ -165,7 +197,4 @@ class InteractionCache(TreeCache):
                     "was rendered with chat_template_type='concat'; use 'individual'"
                 )
                 raise InvalidRequest(msg, param="style")
-            rewards = {node.interaction_id: node.reward or 0.0 for node in complete}
-            if any(not isinstance(node.model_response, RltapResponse) for node in complete):
-                return _export_duck_typed(complete, rewards, style)
-            return export_interactions(complete, rewards, cast(ExportStyle, style), None)
+            return _export(complete, style)
