@@ -12,6 +12,7 @@ sent without tools (`tool_choice="none"`): the same agent with its tools changed
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -225,7 +226,7 @@ async def test_round_robin_group_chat_is_one_chain_of_carries(make_proxy: ProxyF
         assert_one_tree(items, ["root", "carry", "carry", "carry"])
         assert_reward_reaches_every_call(items)
         speakers = ["primary", "critic", "primary"]
-        for before, after, speaker in zip(items, items[1:], speakers, strict=True):
+        for (before, after), speaker in zip(itertools.pairwise(items), speakers, strict=True):
             relayed = relayed_reply(after, speaker)
             assert (relayed["role"], relayed["content"]) == ("user", before["output_text"])
             assert after["parent_id"] == before["interaction_id"]
