@@ -43,9 +43,11 @@ def test_the_reply_is_found_inside_other_text_whatever_the_role() -> None:
     )
 
 
-def test_one_group_of_four_words_is_not_enough_for_a_long_reply() -> None:
-    index = index_of(("r1", ASK, {"role": "assistant", "content": LONG}))
-    assert carried(index, {"role": "user", "content": "why does the moon pulls the oceans"}) is None
+def test_words_the_reply_repeated_from_its_prompt_carry_nothing_of_it() -> None:
+    prompt = [{"role": "user", "content": "Why does the moon pull the oceans toward it?"}]
+    index = index_of(("r1", prompt, {"role": "assistant", "content": LONG}))
+    assert carried(index, {"role": "user", "content": "so the moon pulls the oceans"}) == "r1"
+    assert carried(index, {"role": "user", "content": "does the moon pull the oceans"}) is None
 
 
 def test_a_short_reply_counts_only_relayed_whole_after_the_first_turn() -> None:

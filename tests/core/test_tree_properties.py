@@ -158,12 +158,36 @@ def reference_link(
     held = {_text(m) for m in messages if m["role"] == "user"}
     if open_calls and open_calls[-1].agent_id != derived and given <= held:
         return open_calls[-1], Link.SUBAGENT, derived
+    carried = reference_carry(complete, messages, derived)
+    if carried is not None:
+        return carried, Link.CARRY, derived
     return None, Link.ROOT, derived
 
 
+def reference_carry(
+    complete: list[InteractionWithTokenLogpReward], messages: list[dict[str, Any]], agent: str
+) -> InteractionWithTokenLogpReward | None:
+    """Rule 4 on these one-word replies: a message after the first turn whose text is a reply's
+    (the last call that replied it), the calling agent's own before others, then the latest."""
+    first = next((i for i, m in enumerate(messages) if m["role"] != "system"), len(messages))
+    found: dict[str, tuple[bool, int, InteractionWithTokenLogpReward]] = {}
+    for position, message in enumerate(messages):
+        if position <= first or message.get("tool_calls") or message["content"] is None:
+            continue
+        text = _text(message).strip()
+        replied = [n for n in complete if (n.output_message_list or [{}])[0].get("content") == text]
+        if text and replied:
+            node = replied[-1]
+            found[node.interaction_id] = (node.agent_id == agent, position, node)
+    return max(found.values(), key=lambda entry: entry[:2])[2] if found else None
+
+
 def _text(message: dict[str, Any]) -> str:
+    """A message's text, through the text-part lists that re-serialising wraps it in."""
     content = message["content"]
-    return content if isinstance(content, str) else "".join(p["text"] for p in content)
+    while not isinstance(content, str):
+        content = "".join(_text({"content": part["text"]}) for part in content)
+    return content
 
 
 def _closes(later: InteractionWithTokenLogpReward, opened: InteractionWithTokenLogpReward) -> bool:

@@ -8,22 +8,23 @@ message (LlamaIndex's structured output, DSPy's ReAct). What survives every such
 reply's words in their order, and the ids of its tool calls.
 
 A reply's marks:
-- its words (the `\\w+` runs of its text and of its tool calls' names and arguments: JSON and
-  Python's repr of the same arguments have the same words), cut in order into groups of
-  `GROUP` words (the last group is the last `GROUP` words);
+- every run of `GROUP` consecutive words in it (words: the `\\w+` runs of its text and of its
+  tool calls' names and arguments, so JSON and Python's repr of the same arguments agree, and
+  re-rendered field headers or quotes around the text do not matter);
 - the ids of its tool calls;
 - its whole text, whitespace collapsed (a reply relayed verbatim, however short or however
   much it repeats of its prompt).
 
-A request carries a reply when it holds one of the reply's tool-call ids, or two of its groups
-(its one group, when it has one) that the reply's own prompt did not hold already (an answer that
-repeats its question carries nothing of its own), or, after its first message, a message whose
-whole text is the reply's text. Among the replies a request carries, the one it carries latest
-wins; a reply of the calling agent itself before any other (an agent continuing its own
-conversation, with another agent's answer carried in it).
+A request carries a reply when it holds one of the reply's tool-call ids, or a run of `GROUP`
+words of the reply that the reply's own prompt did not hold (words the model wrote, not words it
+repeated: an answer that quotes its question, or a framework's boilerplate, carries nothing of
+its own), or, after its first message, a message whose whole text is the reply's text. Among the
+replies a request carries, the one it carries latest wins; a reply of the calling agent itself
+before any other (an agent continuing its own conversation, with another agent's answer carried
+in it).
 
 Cost: O(W) for a request of W words (one dictionary lookup per window of `GROUP` words), plus,
-for the few candidate replies, one pass over each one's prompt; O(words / GROUP) entries a reply.
+for the few candidate replies, one pass over each one's prompt; O(words) entries a reply.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from typing import Any
 __all__ = ["GROUP", "CarryIndex", "message_text", "words"]
 
 GROUP = 4
-# A group of words that many replies share (boilerplate) points at the latest few of them only.
+# A run of words that many replies share (boilerplate) points at the latest few of them only.
 _KEEP_PER_GROUP = 2
 # Candidates whose prompts are read to rule out echoes, best first.
 _MAX_VERIFIED = 8
@@ -57,7 +58,7 @@ def _content_text(content: Any) -> Iterator[str]:
                     value = part.get(key)
                     if isinstance(value, str):
                         yield value
-                    elif key != "text" and value is not None:
+                    elif value is not None:
                         yield from _content_text(value)
 
 
@@ -88,20 +89,10 @@ def message_text(message: Mapping[str, Any], *, ids: bool = False) -> str:
     return "\n".join(parts)
 
 
-def _groups(reply_words: Sequence[str]) -> list[str]:
-    """The reply's words in groups of GROUP, in order; the last group is its last GROUP words."""
-    count = len(reply_words)
-    if count < GROUP:
-        return []
-    starts = [*range(0, count - GROUP + 1, GROUP)]
-    if starts[-1] != count - GROUP:
-        starts.append(count - GROUP)
-    return [" ".join(reply_words[start : start + GROUP]) for start in starts]
-
-
-def _windows(request_words: Sequence[str]) -> Iterator[tuple[int, str]]:
-    for start in range(len(request_words) - GROUP + 1):
-        yield start, " ".join(request_words[start : start + GROUP])
+def _windows(text_words: Sequence[str]) -> Iterator[tuple[int, str]]:
+    """Every run of GROUP consecutive words, with where it starts."""
+    for start in range(len(text_words) - GROUP + 1):
+        yield start, " ".join(text_words[start : start + GROUP])
 
 
 def _whole_key(text: str) -> bytes:
@@ -125,7 +116,6 @@ class CarryIndex:
         self._by_group: dict[str, list[str]] = {}
         self._by_id: dict[str, str] = {}
         self._by_whole: dict[bytes, str] = {}
-        self._group_count: dict[str, int] = {}
 
     def completed(self, interaction_id: str, outputs: Iterable[Mapping[str, Any]]) -> None:
         """Index the marks of a complete interaction's reply (its assistant messages)."""
@@ -139,9 +129,7 @@ class CarryIndex:
                 if isinstance(call_id, str) and _WORD.fullmatch(call_id):
                     self._by_id[call_id] = interaction_id
         text = "\n".join(texts)
-        groups = _groups(words(text))
-        self._group_count[interaction_id] = len(set(groups))
-        for group in set(groups):
+        for group in {window for _, window in _windows(words(text))}:
             holders = self._by_group.setdefault(group, [])
             holders.append(interaction_id)
             if len(holders) > _KEEP_PER_GROUP:
@@ -197,20 +185,17 @@ class CarryIndex:
             found, key=lambda key: (agent_of(key) == agent, found[key].last), reverse=True
         )
         for owner in ranked[:_MAX_VERIFIED]:
-            if self._carries(found[owner], self._group_count.get(owner, 0), prompt_of(owner)):
+            candidate = found[owner]
+            if candidate.marked or _written(candidate.groups, prompt_of(owner)):
                 return owner
         return None
 
-    @staticmethod
-    def _carries(
-        candidate: _Candidate, group_count: int, prompt: Sequence[Mapping[str, Any]]
-    ) -> bool:
-        if candidate.marked:
-            return True
-        if not candidate.groups or len(candidate.groups) < min(2, group_count):
-            return False
-        echoed = {window for _, window in _windows(words(_prompt_text(prompt)))}
-        return len(candidate.groups - echoed) >= min(2, group_count)
+
+def _written(found: set[str], prompt: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether some of the runs of words `found` are not in `prompt`: the model wrote them."""
+    if not found:
+        return False
+    return bool(found - {window for _, window in _windows(words(_prompt_text(prompt)))})
 
 
 def _prompt_text(messages: Sequence[Mapping[str, Any]]) -> str:

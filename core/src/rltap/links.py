@@ -25,7 +25,7 @@ and looks at the session's complete interactions only. In order, the first rule 
    continued it yet (its tool call is open), and another agent makes this call. It is a `handoff`
    when the open call is a hand-off tool (`transfer_to_*`, `handoff_to_*`: the Agents SDK's,
    LangGraph's and AutoGen Swarm's hand-offs); a `subagent` when the call is plausibly that
-   tool's work: its messages hold the words of what the tool was given (the longest argument's;
+   tool's work: its messages hold the words of what the tool was given (its longest value's;
    an agent run as a tool, or a helper call made while the tool runs, such as a summary).
    Otherwise the call is not the tool's work and the open call closes. The parent is the
    interaction opened last. A tool call stays open only while the session works under it: a
@@ -61,7 +61,7 @@ from __future__ import annotations
 import hashlib
 import re
 import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -168,19 +168,28 @@ def _tool_name(call: Mapping[str, Any]) -> str:
     return name if isinstance(name, str) else ""
 
 
+def _leaves(value: Any) -> Iterator[str]:
+    """The scalar values inside a tool call's arguments, however nested."""
+    if isinstance(value, Mapping):
+        for item in value.values():
+            yield from _leaves(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _leaves(item)
+    elif value is not None:
+        yield str(value)
+
+
 def _given_words(call: Mapping[str, Any]) -> list[str]:
-    """The words of what a tool call was given: its longest argument's (all of them when its
-    arguments are not a JSON object)."""
+    """The words of what a tool call was given: its longest value's, however nested (a task,
+    a query, a message's content), or all of them when its arguments are not JSON."""
     function = call.get("function")
     raw = (function if isinstance(function, Mapping) else call).get("arguments")
     try:
         arguments = orjson.loads(raw) if isinstance(raw, str | bytes) else raw
     except orjson.JSONDecodeError:
         arguments = raw
-    if not isinstance(arguments, Mapping):
-        return words(str(arguments or ""))
-    values = [words(str(value)) for value in arguments.values() if value is not None]
-    return max(values, key=len, default=[])
+    return max((words(leaf) for leaf in _leaves(arguments)), key=len, default=[])
 
 
 class LinkIndex:

@@ -10,6 +10,7 @@ line in its tests' conftest.py:
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 
 import pytest
@@ -42,6 +43,9 @@ _TELEMETRY_OFF = {
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
 }
+# Some frameworks read their switch once, when imported (Haystack): before any test module is.
+for _name, _value in _TELEMETRY_OFF.items():
+    os.environ.setdefault(_name, _value)
 
 
 @pytest.fixture(autouse=True)

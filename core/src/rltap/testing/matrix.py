@@ -93,7 +93,8 @@ class Cell:
 
     @property
     def name(self) -> str:
-        return self.row if self.task == TOOL_LOOP else f"{self.row}/structured"
+        suffix = {TOOL_LOOP: "", STRUCTURED: "/structured"}.get(self.task, f"/{self.task}")
+        return f"{self.row}{suffix}"
 
 
 @dataclass(slots=True)
@@ -118,6 +119,8 @@ def record_result(result: CellResult) -> None:
     folder = matrix_dir()
     folder.mkdir(parents=True, exist_ok=True)
     line = {**asdict(result.cell), "name": result.cell.name, "row": result.cell.row}
+    # Which test checked the cell (pytest names the running one), for `load_results`.
+    line["test"] = os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0]
     line.update(passed=result.passed, detail=result.detail, seconds=round(result.seconds, 2))
     with (folder / f"{result.cell.framework}.jsonl").open("ab") as handle:
         handle.write(orjson.dumps(line) + b"\n")
@@ -261,14 +264,19 @@ class AdapterMatrixTests:
 
 
 def load_results(folder: Path) -> list[dict[str, Any]]:
-    """The latest result of every cell recorded in `folder`."""
-    latest: dict[str, dict[str, Any]] = {}
+    """One result per cell recorded in `folder`. Each test's latest result of a cell counts (a
+    rerun replaces a failed try); a cell that several tests check fails if one of them does."""
+    latest: dict[tuple[str, str], dict[str, Any]] = {}
     for path in sorted(folder.glob("*.jsonl")):
         for line in path.read_bytes().splitlines():
             if line.strip():
                 entry = orjson.loads(line)
-                latest[entry["name"]] = entry
-    return list(latest.values())
+                latest[entry["name"], entry.get("test", "")] = entry
+    cells: dict[str, dict[str, Any]] = {}
+    for (name, _), entry in latest.items():
+        if cells.get(name, {}).get("passed", True):
+            cells[name] = entry
+    return list(cells.values())
 
 
 def print_table(folder: Path) -> int:
