@@ -605,3 +605,51 @@ def test_a_hand_off_tool_followed_by_the_other_agent_is_a_handoff() -> None:
     )
     refunder = episode.call([system("Flights refunder."), user("Refund my flight")], reply("Done."))
     assert (refunder.parent, refunder.link) == (transfer, Link.HANDOFF)
+
+
+def test_another_agent_worked_for_a_call_its_agent_then_continues_is_its_sub_agent() -> None:
+    # A smolagents CodeAgent manager calls its managed agent from its code (no tool call is
+    # open); the managed agent carries the task its code wrote, then the manager goes on.
+    episode = Episode()
+    task = "Find the capital city of France and give its name"
+    code = f'Thought: ask the searcher.\n<code>\nsearcher(task="{task}")\n'
+    m1 = episode.call([system("Manager."), user("Capital of France?")], reply(code))
+    s1 = episode.call([system("Searcher."), user(f"Task: {task}")], tool_call("lookup", "c_9"))
+    s_history = [system("Searcher."), user(f"Task: {task}"), tool_call("lookup", "c_9")]
+    s2 = episode.call([*s_history, tool_result("Paris", "c_9")], reply("Paris"))
+    assert s1.link is Link.CARRY  # until the manager goes on
+    sent_back = reply(f"{code}</code>\nCalling tools:\n[{{'name': 'python_interpreter'}}]")
+    history = [
+        system("Manager."),
+        user("Capital of France?"),
+        sent_back,
+        user("Observation: Paris"),
+    ]
+    m2 = episode.call(history, reply("Paris"), reward=1.0)
+    assert [(n.parent, n.link) for n in (m1, s1, s2, m2)] == [
+        (None, Link.ROOT),
+        (m1, Link.SUBAGENT),
+        (s1, Link.PREFIX),
+        (m1, Link.CARRY),
+    ]
+    rewards = episode.cache.apply_reward_discount(0.9)
+    assert [rewards[n.interaction_id] for n in (m1, s1, s2, m2)] == pytest.approx(
+        [0.9, 0.81, 0.9, 1.0]
+    )
+
+
+def test_a_helper_the_client_names_under_the_agent_is_a_sub_agent_of_its_open_call() -> None:
+    # The LangChain adapter names a middleware's calls `<agent>/<middleware>`: a summary made
+    # while the agent's tool call is open holds nothing of what the tool was given.
+    episode = Episode()
+    opened = episode.call(
+        [system("Agent."), user("Look up step 3")],
+        call_with("lookup", '{"step": 3}'),
+        tools=TOOLS,
+        agent="math",
+    )
+    summary = [user("Summarize this conversation: the user wants the facts")]
+    helper = episode.call(summary, reply("Summary."), agent="math/summarization")
+    stranger = episode.call(summary, reply("Summary."), agent="other/summarization")
+    assert (helper.parent, helper.link) == (opened, Link.SUBAGENT)
+    assert (stranger.parent, stranger.link) == (None, Link.ROOT)

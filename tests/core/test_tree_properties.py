@@ -255,7 +255,10 @@ def test_parent_resolution_matches_brute_force(plan: list[Step]) -> None:
     gamma=st.floats(min_value=0, max_value=1),
     aggregate=st.sampled_from(["mean", "max", "sum"]),
     factors=st.fixed_dictionaries(
-        {kind: st.sampled_from([1.0, 0.5, 0.0]) for kind in ("prefix", "rewrite", "handoff")}
+        {
+            kind: st.sampled_from([1.0, 0.5, 0.0])
+            for kind in ("prefix", "rewrite", "handoff", "carry")
+        }
         | {"subagent": st.floats(min_value=0, max_value=1)}
     ),
 )

@@ -180,16 +180,18 @@ class InteractionCache(Mapping[str, InteractionWithTokenLogpReward]):
             # restored from its store keeps the tree it had).
             if interaction.parent is None and interaction.link is not Link.ROOT:
                 prefix_parent = _by_agent(prefix_parent, agent)
-                parent, link, derived = choose_link(
+                parent, link, derived, relinked = choose_link(
                     self._links, self._items, interaction, prefix_parent, context, agent, rewrites
                 )
                 interaction.parent, interaction.link = parent, link
+                for node in relinked:  # each one complete: a later call hangs below it
+                    self._journal_recorded(node)
             else:
                 link = interaction.link = interaction.link or Link.PREFIX
                 derived = None if interaction.parent is None else interaction.parent.agent_id
             interaction.agent_id = agent or interaction.agent_id or derived
             parent_id = None if interaction.parent is None else interaction.parent.interaction_id
-            self._links.linked(interaction_id, parent_id, link)
+            self._links.linked(interaction, parent_id, link)
             self._items[interaction_id] = interaction
             self._order[interaction_id] = len(self._order)
             self._roots[interaction_id] = root

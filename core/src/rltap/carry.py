@@ -145,8 +145,9 @@ class CarryIndex:
         agent: str | None,
         *,
         relayed: bool = False,
-    ) -> str | None:
-        """The interaction whose reply `messages` carry (see the module docstring), or None.
+    ) -> list[str]:
+        """The interactions whose replies `messages` carry (see the module docstring), the one
+        that wins first (at most a few: the best candidates are the ones checked).
 
         `prompt_of(id)` is an interaction's own messages, `agent_of(id)` its agent; `agent` is
         the calling agent's. `relayed`: `messages` are all another agent speaking (so the first
@@ -184,11 +185,11 @@ class CarryIndex:
         ranked = sorted(
             found, key=lambda key: (agent_of(key) == agent, found[key].last), reverse=True
         )
-        for owner in ranked[:_MAX_VERIFIED]:
-            candidate = found[owner]
-            if candidate.marked or _written(candidate.groups, prompt_of(owner)):
-                return owner
-        return None
+        return [
+            owner
+            for owner in ranked[:_MAX_VERIFIED]
+            if found[owner].marked or _written(found[owner].groups, prompt_of(owner))
+        ]
 
 
 def _written(found: set[str], prompt: Sequence[Mapping[str, Any]]) -> bool:

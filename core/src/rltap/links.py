@@ -26,7 +26,8 @@ and looks at the session's complete interactions only. In order, the first rule 
    when the open call is a hand-off tool (`transfer_to_*`, `handoff_to_*`: the Agents SDK's,
    LangGraph's and AutoGen Swarm's hand-offs); a `subagent` when the call is plausibly that
    tool's work: its messages hold the words of what the tool was given (its longest value's;
-   an agent run as a tool, or a helper call made while the tool runs, such as a summary).
+   an agent run as a tool), or when its client names it a helper of the open call's agent
+   (`X-Rltap-Agent: <agent>/<helper>`, as the LangChain adapter names a middleware's calls).
    Otherwise the call is not the tool's work and the open call closes. The parent is the
    interaction opened last. A tool call stays open only while the session works under it: a
    call that continues it closes it (the tool answered), and so does any call linked outside its
@@ -41,7 +42,11 @@ and looks at the session's complete interactions only. In order, the first rule 
    on a `prefix` call's new messages that are `user` messages with a `name` (another agent
    speaking into the conversation, AutoGen's group chats): when they carry a reply completed
    after the `prefix` parent's, the call continues that later reply, by `carry`, so that a round
-   of a group chat is one chain. Cost: O(M) (`rltap.carry`).
+   of a group chat is one chain. When the call carries its own agent's reply, and calls of other
+   agents hang below that reply by `carry` (a smolagents CodeAgent calls a managed agent from
+   its code: no tool call was open), those agents worked for the reply's call while its agent
+   waited: they are relinked `subagent`, credited from the continuation like any sub-agent.
+   Cost: O(M) (`rltap.carry`).
 5. `root`: none of these; the call starts a conversation of its own.
 
 The agent id is the `X-Rltap-Agent` header when the client sends one (the adapters set it where
@@ -207,6 +212,8 @@ class LinkIndex:
         self._opener: dict[str, str] = {}
         self._carry = CarryIndex()
         self._completed: dict[str, int] = {}  # completion order
+        # Calls of other agents that hang below a call by `carry`, by that call (rule 4).
+        self._carried_by_others: dict[str, list[InteractionWithTokenLogpReward]] = {}
 
     def completed(
         self, interaction: InteractionWithTokenLogpReward, canonicals: Sequence[bytes]
@@ -224,11 +231,17 @@ class LinkIndex:
         self._carry.completed(interaction_id, outputs)
         self._completed[interaction_id] = len(self._completed)
 
-    def linked(self, interaction_id: str, parent_id: str | None, link: Link) -> None:
+    def linked(
+        self, interaction: InteractionWithTokenLogpReward, parent_id: str | None, link: Link
+    ) -> None:
         """A call was linked: the tool calls it continues are answered, and those it does not
         descend from are closed (rule 3: the session moved on without them).
 
         Cost: O(open calls), which this keeps few."""
+        interaction_id = interaction.interaction_id
+        parent = interaction.parent
+        if link is Link.CARRY and parent is not None and parent.agent_id != interaction.agent_id:
+            self._carried_by_others.setdefault(parent.interaction_id, []).append(interaction)
         opener = parent_id if parent_id in self._open else self._opener.get(parent_id or "")
         if opener is not None:
             self._opener[interaction_id] = opener
@@ -262,8 +275,9 @@ class LinkIndex:
         agent: str | None,
         *,
         relayed: bool = False,
-    ) -> str | None:
-        """The interaction whose reply `messages` carry in another form (rule 4), or None."""
+    ) -> list[str]:
+        """The interactions whose replies `messages` carry in another form (rule 4), the one
+        that wins first."""
         return self._carry.carried(
             messages,
             lambda key: interactions[key].messages,
@@ -272,18 +286,33 @@ class LinkIndex:
             relayed=relayed,
         )
 
+    def worked_for(
+        self, parent: InteractionWithTokenLogpReward
+    ) -> list[InteractionWithTokenLogpReward]:
+        """`parent`'s agent goes on from it (rule 4): the calls of other agents below it by
+        `carry` were its sub-agents' work, linked `subagent` from now on; the ones relinked."""
+        relinked = self._carried_by_others.pop(parent.interaction_id, [])
+        for node in relinked:
+            node.link = Link.SUBAGENT
+        return relinked
+
     def completed_after(self, later: str, earlier: str) -> bool:
         return self._completed.get(later, -1) > self._completed.get(earlier, -1)
 
 
 def _open_call_link(
-    opened: InteractionWithTokenLogpReward, messages: Sequence[Mapping[str, Any]]
+    opened: InteractionWithTokenLogpReward,
+    messages: Sequence[Mapping[str, Any]],
+    agent: str | None,
 ) -> Link | None:
     """How another agent's call relates to the open tool call `opened` (rule 3): `handoff`
-    after a hand-off tool, `subagent` when it holds what the tool was given, else None."""
+    after a hand-off tool, `subagent` when it holds what the tool was given or its client names
+    it a helper of the open call's agent (`X-Rltap-Agent: <agent>/<helper>`), else None."""
     calls = [c for c in _tool_calls(opened) if not _OUTPUT_TOOL.fullmatch(_tool_name(c))]
     if any(_HANDOFF_TOOL.fullmatch(_tool_name(call)) for call in calls):
         return Link.HANDOFF
+    if agent is not None and opened.agent_id and agent.startswith(f"{opened.agent_id}/"):
+        return Link.SUBAGENT
     held = set(words("\n".join(message_text(message) for message in messages)))
     if any(held.issuperset(_given_words(call)) for call in calls):
         return Link.SUBAGENT
@@ -303,17 +332,20 @@ def choose_link(
     context: bytes | None,
     agent: str | None,
     rewrites: bool,
-) -> tuple[InteractionWithTokenLogpReward | None, Link, str | None]:
-    """Parent, link kind and (unless the client names it) the agent: `rltap.links`' rules."""
+) -> tuple[
+    InteractionWithTokenLogpReward | None, Link, str | None, list[InteractionWithTokenLogpReward]
+]:
+    """Parent, link kind and (unless the client names it) the agent: `rltap.links`' rules; and
+    the earlier calls this call shows to be sub-agent work, now linked `subagent` (rule 4)."""
     messages = interaction.messages
     if prefix_parent is not None:
         known = len(prefix_parent.messages) + len(prefix_parent.output_message_list or ())
         relayed = _relayed(messages[known:])
         if relayed:
-            carried = links.carried(interactions, relayed, None, relayed=True)
-            if carried is not None and links.completed_after(carried, prefix_parent.interaction_id):
-                return interactions[carried], Link.CARRY, prefix_parent.agent_id
-        return prefix_parent, Link.PREFIX, prefix_parent.agent_id
+            carried = links.carried(interactions, relayed, None, relayed=True)[:1]
+            if carried and links.completed_after(carried[0], prefix_parent.interaction_id):
+                return interactions[carried[0]], Link.CARRY, prefix_parent.agent_id, []
+        return prefix_parent, Link.PREFIX, prefix_parent.agent_id, []
     replied = links.latest_reply(messages)
     if replied is not None:
         parent = interactions[replied]
@@ -322,18 +354,20 @@ def choose_link(
         else:
             same_agent = same_agent_prompt(messages, parent)
         if same_agent or rewrites:
-            return parent, Link.REWRITE, parent.agent_id
-        return parent, Link.HANDOFF, derive_agent_id(messages, context)
+            return parent, Link.REWRITE, parent.agent_id, []
+        return parent, Link.HANDOFF, derive_agent_id(messages, context), []
     derived = derive_agent_id(messages, context)
     opened = links.open_call()
     if opened is not None and interactions[opened].agent_id != (agent or derived):
-        kind = _open_call_link(interactions[opened], messages)
+        kind = _open_call_link(interactions[opened], messages, agent)
         if kind is not None:
-            return interactions[opened], kind, derived
-    carried = links.carried(interactions, messages, agent or derived)
-    if carried is not None:
-        return interactions[carried], Link.CARRY, derived
-    return None, Link.ROOT, derived
+            return interactions[opened], kind, derived, []
+    found = links.carried(interactions, messages, agent or derived)[:1]
+    if found:
+        parent = interactions[found[0]]
+        own = parent.agent_id == (agent or derived)
+        return parent, Link.CARRY, derived, links.worked_for(parent) if own else []
+    return None, Link.ROOT, derived, []
 
 
 def same_agent_prompt(

@@ -39,8 +39,13 @@ from rltap.testing.scripts import FINAL_PREFIX
 from rltap_langchain import LangChainAdapter
 
 # c1..c4 are the agent's calls, s1 and s2 the middleware's summaries: c1 root, c2 prefix of c1,
-# s1 subagent of c2, c3 rewrite of c2, s2 subagent of c3, c4 rewrite of c3.
+# s1 subagent of c2, c3 rewrite of c2, s2 subagent of c3, c4 rewrite of c3, when the adapter names
+# the agent (`<name>/summarization`: a helper of the agent whose tool call is open).
 SUMMARIZED_LINKS = ["root", "prefix", "subagent", "rewrite", "subagent", "rewrite"]
+# Unnamed, a summary is a sub-agent only when it holds what the open tool call was given: s1
+# summarizes c2's call `lookup(step=2)`, s2 only the older turns (c3's call `lookup(step=3)` is
+# kept, not summarized) and s1's summary, which it carries: s2 is a `carry` of s1.
+UNNAMED_SUMMARIZED_LINKS = ["root", "prefix", "subagent", "rewrite", "carry", "rewrite"]
 DISCOUNT = 0.9
 STEPS = 3
 SUMMARY = "Summary: the user wants the facts; the first ones are known."
@@ -184,7 +189,7 @@ def _named(items: list[dict[str, Any]]) -> dict[str, str]:
     return {item["interaction_id"]: name for item, name in zip(items, CALLS, strict=True)}
 
 
-async def test_summarized_history_links_as_rewrite_and_summaries_as_subagents(
+async def test_summarized_history_links_as_rewrite_and_summaries_by_what_they_hold(
     make_proxy: ProxyFactory,
 ) -> None:
     proxy = await make_proxy(lookup_steps)
@@ -194,9 +199,9 @@ async def test_summarized_history_links_as_rewrite_and_summaries_as_subagents(
     # c1..c4 are the agent's calls, s1 and s2 the middleware's summaries (no tools, one user
     # message), each made before the next agent call, while the last tool call is still open.
     c1, _, s1, c3, s2, c4 = items
-    assert [i["link"] for i in items] == SUMMARIZED_LINKS
+    assert [i["link"] for i in items] == UNNAMED_SUMMARIZED_LINKS
     names = _named(items)
-    assert [names.get(i["parent_id"]) for i in items] == [None, "c1", "c2", "c2", "c3", "c3"]
+    assert [names.get(i["parent_id"]) for i in items] == [None, "c1", "c2", "c2", "s1", "c3"]
     for summary in (s1, s2):
         (prompt,) = summary["messages"]
         assert prompt["role"] == "user"
@@ -221,13 +226,14 @@ async def test_summarized_history_links_as_rewrite_and_summaries_as_subagents(
     assert agent.startswith("agent-")
     assert summarizer.startswith("agent-")
 
-    # The summaries are not continuations of the call they hang off: each call's credit comes
-    # from the agent call that goes on (the rewrite), and a summary gets what its anchor (the
-    # call whose tool call was open) goes on with, discounted once more (`rltap.rewards`).
+    # s1 is not a continuation of c2: each agent call's credit comes from the agent call that
+    # goes on (the rewrite). s2 continues s1, and nothing continues s2: it gets what its anchor
+    # (c2, whose tool call s1 answered) goes on with, discounted once more, and s1 gets s2's
+    # discounted (`rltap.rewards`).
     expected = {"c4": 1.0}
-    expected["c3"] = expected["s2"] = DISCOUNT * expected["c4"]  # 0.9
-    expected["c2"] = expected["s1"] = DISCOUNT * expected["c3"]  # 0.81
-    expected["c1"] = DISCOUNT * expected["c2"]  # 0.729
+    expected["c3"] = DISCOUNT * expected["c4"]  # 0.9
+    expected["c2"] = expected["s2"] = DISCOUNT * expected["c3"]  # 0.81
+    expected["c1"] = expected["s1"] = DISCOUNT * expected["c2"]  # 0.729
     assert {names[i["interaction_id"]]: i["reward"] for i in items} == pytest.approx(expected)
 
 

@@ -75,11 +75,6 @@ SENTENCE_STEPS: list[Step] = [
         {},
     ),
 ]
-TERSE_STEPS: list[Step] = [
-    ("Add 2 and 3.", "add", {"a": 2, "b": 3}),
-    ("Add 4 to 5.", "add", {"a": 5, "b": 4}),
-    ("Done.", "finish", {}),
-]
 ANSWER_REASONING = "The add tool gave 5, then 9."
 ANSWER = "(2 + 3) + 4 is 9."
 
@@ -150,13 +145,8 @@ async def test_chain_of_thought_is_one_call(make_proxy: ProxyFactory) -> None:
         assert_reward_reaches_every_call(items)
 
 
-@pytest.mark.parametrize(
-    "steps",
-    [pytest.param(SENTENCE_STEPS, id="sentence-thoughts"), pytest.param(TERSE_STEPS, id="terse")],
-)
-async def test_react_steps_are_one_tree_linked_by_carry(
-    make_proxy: ProxyFactory, steps: list[Step]
-) -> None:
+async def test_react_steps_are_one_tree_linked_by_carry(make_proxy: ProxyFactory) -> None:
+    steps = SENTENCE_STEPS
     proxy = await make_proxy(react_script(steps))
     predictions = []
 
