@@ -1,11 +1,13 @@
-"""How a CAMEL role play is linked: each role agent's calls are one chain under its role name.
+"""How a CAMEL role play is linked: one tree, each role agent's calls a chain under its role name.
 
 The role agents' memory window (`message_window_size`) is shorter than the dialogue, so an agent's
 call continues its previous one exactly (`prefix`) only while the window still holds the whole
 dialogue; after that the oldest messages drop out and the call carries its previous reply after a
-trimmed history (`rewrite`, rule 2 of `rltap.links`). The two agents never meet in a chain: each
-sees the other's replies as user messages, and rule 2 follows a reply only where it stands as an
-assistant message. So the assistant's reward flows back along its own calls alone.
+trimmed history (`rewrite`, rule 2 of `rltap.links`). The chains start where the other's words
+are carried (`carry`, rule 4): the student's first call holds the task the task-specify agent
+wrote (in its system prompt), the tutor's first call the student's first instruction (as a user
+message). Later, each agent's own chain wins (`prefix` comes first), so the tutor's reward flows
+back along its calls, then to the student's first call and the task-specify call.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ ROUNDS = 4
 # Messages each role agent keeps besides its system message: its k-th call (k = 1, 2, ...) has
 # 2k - 1 of them, so the first two calls fit and the last two lose their oldest messages.
 WINDOW = 4
-CHAIN_LINKS = [Link.ROOT, Link.PREFIX, Link.REWRITE, Link.REWRITE]
+CHAIN_LINKS = [Link.CARRY, Link.PREFIX, Link.REWRITE, Link.REWRITE]
 DISCOUNT = 0.9
 TASK = {"task": "Add two and two for a grocery list"}
 
@@ -84,13 +86,16 @@ def assistant_rewards() -> list[float]:
     return [DISCOUNT ** (ROUNDS - 1 - k) for k in range(ROUNDS)]
 
 
-def check_chain(chain: list[InteractionWithTokenLogpReward], agent: str) -> None:
-    """One agent's calls: its name, trimmed by the window, each linked to the one before."""
+def check_chain(
+    chain: list[InteractionWithTokenLogpReward], agent: str, first_parent: str | None
+) -> None:
+    """One agent's calls: its name, trimmed by the window, each linked to the one before, the
+    first to `first_parent`."""
     assert [i.agent_id for i in chain] == [agent] * ROUNDS
     assert f"Never forget you are a {agent}" in chain[0].messages[0]["content"]
     assert [len(i.messages) for i in chain] == [1 + min(2 * k - 1, WINDOW) for k in (1, 2, 3, 4)]
     assert [i.link for i in chain] == CHAIN_LINKS
-    assert [i.parent_id for i in chain] == [None] + [i.interaction_id for i in chain[:-1]]
+    assert [i.parent_id for i in chain] == [first_parent] + [i.interaction_id for i in chain[:-1]]
     # Each call after the first carries its parent's reply as an assistant message.
     for parent, child in itertools.pairwise(chain):
         assert parent.output_message_list is not None
@@ -103,21 +108,30 @@ async def test_role_play_chains_link_through_the_memory_window(proxy: RunningPro
     specify, *dialogue = await run_role_play(proxy)
     assert len(dialogue) == 2 * ROUNDS
     users, assistants = dialogue[0::2], dialogue[1::2]  # RolePlaying.step: user, then assistant
-    check_chain(users, USER)
-    check_chain(assistants, ASSISTANT)
+    check_chain(users, USER, specify.interaction_id)
+    check_chain(assistants, ASSISTANT, users[0].interaction_id)
     # The task-specify agent ran inside RolePlaying(...), before name_agents: no header, so the
-    # proxy derived its id; its reply reaches the role agents inside their system prompts only.
+    # proxy derived its id; its reply reaches the role agents inside their system prompts.
     assert specify.link is Link.ROOT
     assert specify.agent_id is not None
     assert specify.agent_id.startswith("agent-")
+    assert specify.output_text in users[0].messages[0]["content"]
     assert specify.output_text in assistants[0].messages[0]["content"]
     assert [i.reward for i in assistants] == pytest.approx(assistant_rewards())
-    assert [i.reward for i in [specify, *users]] == [0.0] * (1 + ROUNDS)
+    # The student's later calls lead nowhere rewarded; its first call is the mean of its two
+    # continuations (its own next call, 0, and the tutor's first), discounted.
+    first_user = DISCOUNT * (0.0 + assistant_rewards()[0]) / 2
+    assert [i.reward for i in [specify, *users]] == pytest.approx(
+        [DISCOUNT * first_user, first_user] + [0.0] * (ROUNDS - 1)
+    )
 
 
 async def test_a_role_play_can_train_the_assistant_alone(proxy: RunningProxy) -> None:
     exported = await run_role_play(proxy, agents=[ASSISTANT])
-    check_chain(exported, ASSISTANT)
+    # Its first call still names its parent, the student's first call, which is not exported.
+    assert exported[0].parent_id is not None
+    assert exported[0].parent_id not in {i.interaction_id for i in exported}
+    check_chain(exported, ASSISTANT, exported[0].parent_id)
     assert [i.reward for i in exported] == pytest.approx(assistant_rewards())
 
 

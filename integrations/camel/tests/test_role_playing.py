@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from camel_episodes import EXPECTED, TASK_SPECIFIER_SYSTEM, role_play, role_play_async, score
 
-from rltap.record.types import InteractionWithTokenLogpReward
+from rltap.record.types import InteractionWithTokenLogpReward, Link
 from rltap.testing import RunningProxy
 from rltap.workflow import OpenAIProxyWorkflow
 from rltap_camel import CamelAdapter
@@ -42,10 +42,17 @@ def check_role_play(interactions: dict[str, InteractionWithTokenLogpReward]) -> 
     assert answer.parent_id == call.interaction_id
     assert answer.messages[-1]["role"] == "tool"
     assert answer.output_text == EXPECTED
-    assert None is specify.parent_id is user.parent_id is call.parent_id
-    # The reward lands on the assistant's answer and flows back along its branch only.
+    # One tree: each role agent carries the words it was given (the specified task in the
+    # student's system prompt, the student's instruction in the tutor's first message).
+    links = [(i.link, i.parent_id) for i in (specify, user, call)]
+    assert links == [
+        (Link.ROOT, None),
+        (Link.CARRY, specify.interaction_id),
+        (Link.CARRY, user.interaction_id),
+    ]
+    # The reward lands on the assistant's answer and flows back along the tree, halved a link.
     rewards = [i.reward for i in (specify, user, call, answer)]
-    assert rewards == [0.0, 0.0, 0.5, 1.0]
+    assert rewards == [0.125, 0.25, 0.5, 1.0]
 
 
 @pytest.mark.parametrize(("episode", "stream"), CASES)
