@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["FINAL_PREFIX", "arguments_for", "echo", "tool_loop"]
+__all__ = ["FINAL_PREFIX", "arguments_for", "echo", "tool_call_text", "tool_loop"]
 
 FINAL_PREFIX = "Final answer:"
 
@@ -41,6 +41,13 @@ def arguments_for(tool: Mapping[str, Any]) -> dict[str, Any]:
     return arguments
 
 
+def tool_call_text(name: str, arguments: Mapping[str, Any] | None = None, /, **keyword: Any) -> str:
+    """A reply that calls tool `name` in the hermes format the test proxies parse (arguments as
+    a mapping or as keywords): `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`."""
+    call = {"name": name, "arguments": {**(arguments or {}), **keyword}}
+    return f"<tool_call>\n{json.dumps(call)}\n</tool_call>"
+
+
 def _last_tool_result(messages: Sequence[Mapping[str, Any]]) -> str | None:
     if not messages or messages[-1].get("role") != "tool":
         return None
@@ -59,9 +66,7 @@ def tool_loop(
         return f"{FINAL_PREFIX} {result}"
     if tools and turn == 0:
         tool = tools[0]
-        name = tool.get("function", tool).get("name")
-        call = json.dumps({"name": name, "arguments": arguments_for(tool)})
-        return f"<tool_call>\n{call}\n</tool_call>"
+        return tool_call_text(tool.get("function", tool).get("name"), arguments_for(tool))
     return echo(messages, tools, turn)
 
 

@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field
 
 from rltap.testing.harness import ProxyFactory
 from rltap.testing.matrix import MULTI_AGENT, STRUCTURED, TOOL_LOOP, Cell, recorded_cell
+from rltap.testing.scripts import tool_call_text
 from rltap.testing.trees import assert_one_tree, assert_reward_reaches_every_call, run_session
 
 FRAMEWORK = "agno"
@@ -72,11 +73,6 @@ class WeatherReport(BaseModel):
     temperature_c: int
 
 
-def tool_call(name: str, **arguments: Any) -> str:
-    """A reply that calls `name`, in hermes format (as the chat template renders calls)."""
-    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
-
-
 def tool_names(tools: Tools) -> list[str]:
     return [tool.get("function", tool)["name"] for tool in tools or []]
 
@@ -92,9 +88,9 @@ def weather_script(messages: Messages, tools: Tools, turn: int) -> str:
     if "delegate_task_to_member" in tool_names(tools):
         if last["role"] == "tool":
             return f"The Weather Agent says: {last['content']}"
-        return tool_call("delegate_task_to_member", member_id="weather-agent", task=QUESTION)
+        return tool_call_text("delegate_task_to_member", member_id="weather-agent", task=QUESTION)
     if last["role"] != "tool":
-        return tool_call("get_weather", city="Paris")
+        return tool_call_text("get_weather", city="Paris")
     return answer(str(last["content"]))
 
 
@@ -102,7 +98,7 @@ def weather_report_script(messages: Messages, tools: Tools, turn: int) -> str:
     """Looks the weather up, then answers with a `WeatherReport` read off the tool's result."""
     last = messages[-1]
     if last["role"] != "tool":
-        return tool_call("get_weather", city="Paris")
+        return tool_call_text("get_weather", city="Paris")
     city, rest = str(last["content"]).split(": ")
     temperature, conditions = rest.split(", ")
     report = {"city": city, "conditions": conditions, "temperature_c": int(temperature[:-2])}

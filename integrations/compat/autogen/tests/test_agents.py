@@ -13,7 +13,6 @@ sent without tools (`tool_choice="none"`): the same agent with its tools changed
 from __future__ import annotations
 
 import itertools
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -34,7 +33,7 @@ from autogen_ext.models.openai import OpenAIChatCompletionClient
 
 from rltap.testing.harness import ProxyFactory
 from rltap.testing.matrix import MULTI_AGENT, STRUCTURED, TOOL_LOOP, Cell, recorded_cell
-from rltap.testing.scripts import FINAL_PREFIX
+from rltap.testing.scripts import FINAL_PREFIX, tool_call_text
 from rltap.testing.structured import Forecast
 from rltap.testing.trees import assert_one_tree, assert_reward_reaches_every_call, run_session
 
@@ -59,10 +58,6 @@ def model_client(base_url: str, api_key: str) -> OpenAIChatCompletionClient:
     )
 
 
-def tool_call(name: str, arguments: Mapping[str, Any]) -> str:
-    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': dict(arguments)})}\n</tool_call>"
-
-
 def text_of(message: Mapping[str, Any]) -> str:
     content = message.get("content")
     if isinstance(content, list):
@@ -84,7 +79,7 @@ def weather_script(messages: Messages, tools: Tools, turn: int) -> str:
     last = messages[-1]
     if last.get("role") == "tool":
         return f"{FINAL_PREFIX} {text_of(last)}"
-    return tool_call("get_weather", {"city": "Paris"})
+    return tool_call_text("get_weather", {"city": "Paris"})
 
 
 def weather_agent(
@@ -151,7 +146,7 @@ def forecast_script(messages: Messages, tools: Tools, turn: int) -> str:
     response format admits)."""
     if messages[-1].get("role") == "tool":
         return FORECAST.model_dump_json()
-    return tool_call("get_weather", {"city": "Paris"})
+    return tool_call_text("get_weather", {"city": "Paris"})
 
 
 async def test_structured_output_is_one_tree(make_proxy: ProxyFactory) -> None:
@@ -240,7 +235,7 @@ def check_calculation(x: int, y: int, answer: int) -> str:
 def calculation_script(messages: Messages, tools: Tools, turn: int) -> str:
     """Agent1 adds; Agent2 checks Agent1's answer with its tool."""
     if tools:
-        return tool_call("check_calculation", {"x": 1, "y": 1, "answer": 2})
+        return tool_call_text("check_calculation", {"x": 1, "y": 1, "answer": 2})
     return "1 + 1 = 2"
 
 
@@ -300,10 +295,10 @@ async def refund_flight(flight_id: str) -> str:
 def refund_script(messages: Messages, tools: Tools, turn: int) -> str:
     """The travel agent hands the refund over; the refunder refunds, then ends the chat."""
     if "travel agent" in system_prompt(messages):
-        return tool_call("transfer_to_flights_refunder", {})
+        return tool_call_text("transfer_to_flights_refunder", {})
     if messages[-1].get("role") == "tool":
         return f"{text_of(messages[-1])} TERMINATE"
-    return tool_call("refund_flight", {"flight_id": "AB123"})
+    return tool_call_text("refund_flight", {"flight_id": "AB123"})
 
 
 async def test_swarm_handoff_links_the_other_agent_as_handoff(make_proxy: ProxyFactory) -> None:

@@ -9,7 +9,6 @@ expected link kinds and that the reward set on its last call reaches every call.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 
@@ -21,6 +20,7 @@ from haystack.utils import Secret
 
 from rltap.testing.harness import ProxyFactory
 from rltap.testing.matrix import MULTI_AGENT, STRUCTURED, TOOL_LOOP, Cell, recorded_cell
+from rltap.testing.scripts import tool_call_text
 from rltap.testing.structured import Forecast
 from rltap.testing.trees import assert_one_tree, assert_reward_reaches_every_call, run_session
 
@@ -37,10 +37,6 @@ def chat_generator(base_url: str, api_key: str, **options: Any) -> OpenAIChatGen
     return OpenAIChatGenerator(
         model="tiny", api_base_url=base_url, api_key=Secret.from_token(api_key), **options
     )
-
-
-def tool_call(name: str, arguments: Mapping[str, Any]) -> str:
-    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': dict(arguments)})}\n</tool_call>"
 
 
 def text_of(message: Mapping[str, Any]) -> str:
@@ -60,7 +56,7 @@ def weather_script(messages: Messages, tools: Tools, turn: int) -> str:
     """Calls get_weather for Paris, then answers from its result."""
     if messages[-1].get("role") == "tool":
         return ANSWER
-    return tool_call("get_weather", {"city": "Paris"})
+    return tool_call_text("get_weather", {"city": "Paris"})
 
 
 async def test_agent_with_a_tool_is_one_tree(make_proxy: ProxyFactory) -> None:
@@ -117,7 +113,7 @@ def forecast_script(messages: Messages, tools: Tools, turn: int) -> str:
     response format admits)."""
     if messages[-1].get("role") == "tool":
         return FORECAST.model_dump_json()
-    return tool_call("get_weather", {"city": "Paris"})
+    return tool_call_text("get_weather", {"city": "Paris"})
 
 
 async def test_response_format_is_one_tree(make_proxy: ProxyFactory) -> None:
@@ -160,10 +156,10 @@ def delegation_script(messages: Messages, tools: Tools, turn: int) -> str:
     if "research" in names:
         if last.get("role") == "tool":
             return ANSWER
-        return tool_call("research", {"messages": [{"role": "user", "content": TASK}]})
+        return tool_call_text("research", {"messages": [{"role": "user", "content": TASK}]})
     if last.get("role") == "tool":
         return FINDINGS
-    return tool_call("get_weather", {"city": "Paris"})
+    return tool_call_text("get_weather", {"city": "Paris"})
 
 
 async def test_agent_as_a_tool_of_another_agent_is_one_tree(make_proxy: ProxyFactory) -> None:

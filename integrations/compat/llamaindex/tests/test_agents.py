@@ -13,7 +13,6 @@ which carries the answer (`carry`) without continuing its tokens.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -28,6 +27,7 @@ from llama_index.llms.openai_like import OpenAILike
 
 from rltap.testing.harness import ProxyFactory
 from rltap.testing.matrix import MULTI_AGENT, STRUCTURED, TOOL_LOOP, Cell, recorded_cell
+from rltap.testing.scripts import tool_call_text
 from rltap.testing.structured import Forecast
 from rltap.testing.trees import assert_one_tree, assert_reward_reaches_every_call, run_session
 
@@ -50,10 +50,6 @@ def openai_like(base_url: str, api_key: str, **options: Any) -> OpenAILike:
     )
 
 
-def tool_call(name: str, arguments: Mapping[str, Any]) -> str:
-    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': dict(arguments)})}\n</tool_call>"
-
-
 def text_of(message: Mapping[str, Any]) -> str:
     content = message.get("content")
     if isinstance(content, list):
@@ -74,12 +70,12 @@ def weather_script(messages: Messages, tools: Tools, turn: int) -> str:
     """Calls get_weather for Paris, answers from its result; asked for a `Forecast` (a tool of
     that name, or a response format without tools), fills it in."""
     if "Forecast" in tool_names(tools):
-        return tool_call("Forecast", FORECAST.model_dump())
+        return tool_call_text("Forecast", FORECAST.model_dump())
     if not tools:
         return FORECAST.model_dump_json()
     if messages[-1].get("role") == "tool":
         return ANSWER
-    return tool_call("get_weather", {"city": "Paris"})
+    return tool_call_text("get_weather", {"city": "Paris"})
 
 
 def weather_agent(llm: OpenAILike, **options: Any) -> FunctionAgent:
@@ -176,8 +172,8 @@ def research_script(messages: Messages, tools: Tools, turn: int) -> str:
     last = messages[-1]
     if "ResearchAgent" in system:
         if last.get("role") == "tool":
-            return tool_call("handoff", {"to_agent": "WriteAgent", "reason": "Time to write."})
-        return tool_call("search_web", {"query": "history of the internet"})
+            return tool_call_text("handoff", {"to_agent": "WriteAgent", "reason": "Time to write."})
+        return tool_call_text("search_web", {"query": "history of the internet"})
     return "The internet began as ARPANET in 1969 and grew into the web we use today."
 
 

@@ -25,6 +25,7 @@ from pydantic_ai.providers.openai import OpenAIProvider
 
 from rltap.testing.harness import ProxyFactory
 from rltap.testing.matrix import MULTI_AGENT, STRUCTURED, TOOL_LOOP, Cell, recorded_cell
+from rltap.testing.scripts import tool_call_text
 from rltap.testing.trees import (
     assert_one_tree,
     assert_reward_reaches_every_call,
@@ -40,11 +41,6 @@ Tools = Sequence[Mapping[str, Any]] | None
 def proxy_model(base_url: str, api_key: str) -> OpenAIChatModel:
     """The documented way to reach an OpenAI-compatible server: the provider's URL and key."""
     return OpenAIChatModel("tiny", provider=OpenAIProvider(base_url=base_url, api_key=api_key))
-
-
-def tool_call(name: str, **arguments: Any) -> str:
-    """A reply that calls `name`, in hermes format (as the chat template renders calls)."""
-    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
 
 
 def tool_names(tools: Tools) -> list[str]:
@@ -114,7 +110,7 @@ def dice_script(messages: Messages, tools: Tools, turn: int) -> str:
     """Rolls and asks the name in one turn, then answers from the two tool results."""
     results = tool_results(messages)
     if not results:
-        return tool_call("roll_dice") + "\n" + tool_call("get_player_name")
+        return tool_call_text("roll_dice") + "\n" + tool_call_text("get_player_name")
     face, name = results
     return f"{name}, the die shows {face} and you guessed 4:  you're a winner!\n"
 
@@ -263,12 +259,14 @@ def flight_script(messages: Messages, tools: Tools, turn: int) -> str:
     if "extract_flights" in names:
         results = tool_results(messages)
         if not results:
-            return tool_call("extract_flights")
+            return tool_call_text("extract_flights")
         flights = [f for f in json.loads(results[0]) if f["destination"] == "ANC"]
-        return tool_call("final_result_FlightDetails", **min(flights, key=lambda f: f["price"]))
+        return tool_call_text(
+            "final_result_FlightDetails", **min(flights, key=lambda f: f["price"])
+        )
     if "final_result_SeatPreference" in names:
-        return tool_call("final_result_SeatPreference", row=1, seat="A")
-    return tool_call("final_result", response=[{**f, "date": "2025-01-10"} for f in EXTRACTED])
+        return tool_call_text("final_result_SeatPreference", row=1, seat="A")
+    return tool_call_text("final_result", response=[{**f, "date": "2025-01-10"} for f in EXTRACTED])
 
 
 async def test_flight_search_then_seat_choice_are_two_trees(make_proxy: ProxyFactory) -> None:
@@ -341,8 +339,8 @@ def joke_script(messages: Messages, tools: Tools, turn: int) -> str:
     """Selection: ask the factory for 2 jokes, then pick the first; generation: the jokes."""
     if "joke_factory" in tool_names(tools):
         results = tool_results(messages)
-        return json.loads(results[0])[0] if results else tool_call("joke_factory", count=2)
-    return tool_call("final_result", response=JOKES)
+        return json.loads(results[0])[0] if results else tool_call_text("joke_factory", count=2)
+    return tool_call_text("final_result", response=JOKES)
 
 
 async def test_delegate_agent_is_a_subagent_of_the_tool_call(make_proxy: ProxyFactory) -> None:

@@ -31,6 +31,7 @@ from smolagents import (
 
 from rltap.testing.harness import ProxyFactory
 from rltap.testing.matrix import MULTI_AGENT, STRUCTURED, TOOL_LOOP, Cell, recorded_cell
+from rltap.testing.scripts import tool_call_text
 from rltap.testing.trees import (
     assert_one_tree,
     assert_reward_reaches_every_call,
@@ -99,10 +100,6 @@ def names(tools: Iterable[Mapping[str, Any]] | None) -> list[str]:
     return [t.get("function", t).get("name") for t in tools or []]
 
 
-def hermes_call(name: str, arguments: dict[str, Any]) -> str:
-    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
-
-
 def arithmetic(
     messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None, turn: int
 ) -> str:
@@ -110,9 +107,9 @@ def arithmetic(
     the tool's result."""
     result = observation(messages)
     if result is not None:
-        return hermes_call("final_answer", {"answer": result})
+        return tool_call_text("final_answer", {"answer": result})
     (operation,) = (name for name in names(tools) if name != "final_answer")
-    return hermes_call(operation, {"a": 2, "b": 3})
+    return tool_call_text(operation, {"a": 2, "b": 3})
 
 
 THOUGHT_ADD = (
@@ -159,12 +156,12 @@ def manager_and_searcher(
     result = observation(messages)
     if "lookup_capital" in names(tools):
         if result is None:
-            return hermes_call("lookup_capital", {"country": "France"})
-        return hermes_call("final_answer", {"answer": result})
+            return tool_call_text("lookup_capital", {"country": "France"})
+        return tool_call_text("final_answer", {"answer": result})
     if "searcher" in names(tools):
         if result is None:
-            return hermes_call("searcher", {"task": SEARCHER_TASK})
-        return hermes_call("final_answer", {"answer": "Paris"})
+            return tool_call_text("searcher", {"task": SEARCHER_TASK})
+        return tool_call_text("final_answer", {"answer": "Paris"})
     return MANAGER_CODE[result is not None]
 
 
