@@ -196,7 +196,8 @@ def _written(found: set[str], prompt: Sequence[Mapping[str, Any]]) -> bool:
     """Whether some of the runs of words `found` are not in `prompt`: the model wrote them."""
     if not found:
         return False
-    return bool(found - {window for _, window in _windows(words(_prompt_text(prompt)))})
+    held = f" {' '.join(words(_prompt_text(prompt)))} "
+    return any(f" {window} " not in held for window in found)
 
 
 def _prompt_text(messages: Sequence[Mapping[str, Any]]) -> str:
