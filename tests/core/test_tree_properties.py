@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import torch
-from hypothesis import assume, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from rltap.cache import InteractionCache
@@ -318,7 +318,10 @@ def test_concat_leaf_is_its_branch_concatenated(plan: list[Step]) -> None:
         assert tensors["loss_mask"].tolist() == [mask]
 
 
-@settings(max_examples=60, deadline=None)
+# About a quarter of random plans have a prefix child to break: Hypothesis's health check then
+# sometimes stops the test for discarding too much (seen once in four runs), though every plan
+# it keeps is checked.
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
 @given(plan=steps, data=st.data())
 def test_a_broken_prefix_raises(plan: list[Step], data: st.DataObject) -> None:
     cache, _ = build(plan)
