@@ -6,7 +6,7 @@ are offered, then `Final answer: <tool result>`; without tools it echoes the use
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,45 +16,12 @@ import torch
 
 from rltap.adapter import AgentAdapter
 from rltap.testing import RunningProxy
-from rltap.testing.harness import ProxyFactory, scripted_proxies
+
+# `proxy`, `make_proxy`, and no vendor key, address or tracing switch in the environment.
+pytest_plugins = ["rltap.testing.fixtures"]
 
 # Two shared cores: one torch thread is faster than two, and leaves a core to the others.
 torch.set_num_threads(1)
-
-# Variables through which an agent could reach a real vendor or upload traces.
-_VENDOR_ENV = (
-    "OPENAI_API_KEY",
-    "OPENAI_BASE_URL",
-    "OPENAI_API_BASE",
-    "LANGSMITH_API_KEY",
-    "LANGSMITH_TRACING",
-    "LANGCHAIN_API_KEY",
-    "LANGCHAIN_TRACING_V2",
-)
-
-
-@pytest.fixture(autouse=True)
-def _no_vendor_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in _VENDOR_ENV:
-        monkeypatch.delenv(name, raising=False)
-
-
-@pytest.fixture
-async def make_proxy() -> AsyncIterator[ProxyFactory]:
-    """Start proxies running `tool_loop` with given engine options; all stop at teardown.
-
-    `rltap.testing.harness` loads the tiny model and its renderer once per process, for these
-    proxies and the standard suite's alike.
-    """
-    async with scripted_proxies(capacity=16) as start:
-        yield start
-
-
-@pytest.fixture
-async def proxy(make_proxy: ProxyFactory) -> RunningProxy:
-    """A proxy running the tool-loop script."""
-    running: RunningProxy = await make_proxy()
-    return running
 
 
 @dataclass

@@ -8,36 +8,10 @@ model per process).
 
 from __future__ import annotations
 
-import os
-from collections.abc import AsyncIterator
-
-import pytest
 import torch
 
-from rltap.testing import RunningProxy
-from rltap.testing.harness import ProxyFactory, scripted_proxies
+# `proxy`, `make_proxy`, and no vendor key, address or tracing switch in the environment.
+pytest_plugins = ["rltap.testing.fixtures"]
 
 # Two shared cores: one torch thread is faster than two, and leaves a core to the others.
 torch.set_num_threads(1)
-
-
-@pytest.fixture(autouse=True)
-def no_vendor_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No test may reach OpenAI or LangSmith: their keys are never set here."""
-    for name in list(os.environ):
-        if name == "OPENAI_API_KEY" or name.startswith("LANGSMITH_"):
-            monkeypatch.delenv(name)
-
-
-@pytest.fixture
-async def make_proxy() -> AsyncIterator[ProxyFactory]:
-    """Start proxies with a given script and engine options; all stop at teardown."""
-    async with scripted_proxies() as start:
-        yield start
-
-
-@pytest.fixture
-async def proxy(make_proxy: ProxyFactory) -> RunningProxy:
-    """A proxy running the tool-loop script."""
-    running: RunningProxy = await make_proxy()
-    return running

@@ -1,9 +1,9 @@
-"""Pytest fixtures for a framework's compatibility tests: a real proxy on 127.0.0.1 in front of
-the scripted engine and the tiny model, and no variable through which an agent could reach a real
-vendor or upload traces.
+"""Pytest fixtures for a framework's tests: a real proxy on 127.0.0.1 in front of the scripted
+engine and the tiny model, and no variable through which an agent could reach a real vendor or
+upload traces.
 
-A framework that needs no adapter (it is pointed at the proxy by base URL) uses them with one
-line in its tests' conftest.py:
+Every framework's tests (an adapter's, or those of a framework that needs none) use them with one
+line in their conftest.py:
 
     pytest_plugins = ["rltap.testing.fixtures"]
 """
@@ -34,6 +34,8 @@ VENDOR_ENV = (
     "AGNO_API_KEY",
     "HF_TOKEN",
 )
+# Every variable of these tracers (keys, endpoints, projects).
+_TRACING_PREFIXES = ("LANGSMITH_", "LANGCHAIN_")
 # Off switches the frameworks document for their telemetry.
 _TELEMETRY_OFF = {
     "AGNO_TELEMETRY": "false",
@@ -52,7 +54,7 @@ for _name, _value in _TELEMETRY_OFF.items():
 def no_vendor_env(
     monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    for name in VENDOR_ENV:
+    for name in [*VENDOR_ENV, *(n for n in os.environ if n.startswith(_TRACING_PREFIXES))]:
         monkeypatch.delenv(name, raising=False)
     for name, value in _TELEMETRY_OFF.items():
         monkeypatch.setenv(name, value)
@@ -63,7 +65,7 @@ def no_vendor_env(
 @pytest.fixture
 async def make_proxy() -> AsyncIterator[ProxyFactory]:
     """Start scripted proxies (`make_proxy(script, **engine_options)`); all stop at teardown."""
-    async with scripted_proxies(capacity=16) as start:
+    async with scripted_proxies() as start:
         yield start
 
 
