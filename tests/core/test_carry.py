@@ -20,9 +20,7 @@ def index_of(*replies: tuple[str, list[dict[str, Any]], dict[str, Any]]) -> Carr
 
 
 def carried(index: CarryIndex, *messages: dict[str, Any]) -> str | None:
-    """The reply `messages` carry that wins."""
-    found = index.carried(list(messages), PROMPTS.__getitem__, AGENTS.__getitem__, None)
-    return found[0] if found else None
+    return index.carried(list(messages), PROMPTS.__getitem__, AGENTS.__getitem__, None)
 
 
 ASK = [{"role": "user", "content": "start"}]

@@ -36,7 +36,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-__all__ = ["GROUP", "CarryIndex", "message_text", "words"]
+__all__ = ["GROUP", "CarryIndex", "conversation_text", "message_text", "tool_function", "words"]
 
 GROUP = 4
 # Candidates whose prompts are read to rule out echoes, best first.
@@ -62,10 +62,15 @@ def _content_text(content: Any) -> Iterator[str]:
                         yield from _content_text(value)
 
 
-def _call_text(call: Mapping[str, Any]) -> Iterator[str]:
+def tool_function(call: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The part of a tool call that holds its `name` and `arguments` (Chat Completions nests it
+    under `function`; other forms hold them at the top)."""
     function = call.get("function")
-    if not isinstance(function, Mapping):
-        function = call
+    return function if isinstance(function, Mapping) else call
+
+
+def _call_text(call: Mapping[str, Any]) -> Iterator[str]:
+    function = tool_function(call)
     name, arguments = function.get("name"), function.get("arguments")
     if isinstance(name, str):
         yield name
@@ -75,18 +80,22 @@ def _call_text(call: Mapping[str, Any]) -> Iterator[str]:
         yield repr(arguments)
 
 
-def message_text(message: Mapping[str, Any], *, ids: bool = False) -> str:
-    """A message's text: its content and its tool calls' names and arguments (and their ids,
-    and the id a tool result answers, when `ids`)."""
+def message_text(message: Mapping[str, Any]) -> str:
+    """A message's text: its content and its tool calls' names and arguments."""
     parts = list(_content_text(message.get("content")))
     for call in message.get("tool_calls") or ():
         if isinstance(call, Mapping):
             parts.extend(_call_text(call))
-            if ids and isinstance(call.get("id"), str):
-                parts.append(call["id"])
-    if ids and isinstance(message.get("tool_call_id"), str):
-        parts.append(message["tool_call_id"])
     return "\n".join(parts)
+
+
+def _call_ids(message: Mapping[str, Any]) -> Iterator[str]:
+    """The tool-call ids a message names in its fields: its calls', or the one it answers."""
+    for call in message.get("tool_calls") or ():
+        if isinstance(call, Mapping) and isinstance(call.get("id"), str):
+            yield call["id"]
+    if isinstance(message.get("tool_call_id"), str):
+        yield message["tool_call_id"]
 
 
 def _windows(text_words: Sequence[str]) -> Iterator[tuple[int, str]]:
@@ -126,9 +135,8 @@ class CarryIndex:
             if message.get("role") != "assistant":
                 continue
             texts.append(message_text(message))
-            for call in message.get("tool_calls") or ():
-                call_id = call.get("id") if isinstance(call, Mapping) else None
-                if isinstance(call_id, str) and _WORD.fullmatch(call_id):
+            for call_id in _call_ids(message):
+                if _WORD.fullmatch(call_id):  # one word, as a request's text is read
                     self._by_id[call_id] = interaction_id
         text = "\n".join(texts)
         for _, window in _windows(words(text)):
@@ -144,9 +152,8 @@ class CarryIndex:
         agent: str | None,
         *,
         relayed: bool = False,
-    ) -> list[str]:
-        """The interactions whose replies `messages` carry (see the module docstring), the one
-        that wins first (at most a few: the best candidates are the ones checked).
+    ) -> str | None:
+        """The interaction whose reply `messages` carry (see the module docstring), or None.
 
         `prompt_of(id)` is an interaction's own messages, `agent_of(id)` its agent; `agent` is
         the calling agent's. `relayed`: `messages` are all another agent speaking (so the first
@@ -163,9 +170,10 @@ class CarryIndex:
             )
         )
         for index, message in enumerate(messages):
-            text = message_text(message, ids=True)
+            text = message_text(message)
             message_words = words(text)
-            for offset, word in enumerate(message_words):
+            # An id in the text (re-rendered calls) or in the message's own fields.
+            for offset, word in enumerate([*message_words, *_call_ids(message)]):
                 owner = self._by_id.get(word)
                 if owner is not None:
                     candidate = found.setdefault(owner, _Candidate())
@@ -178,27 +186,27 @@ class CarryIndex:
                     candidate.last = position + offset
             position += len(message_words)
             if index > first_turn:
-                owner = self._by_whole.get(_whole_key(message_text(message)))
+                owner = self._by_whole.get(_whole_key(text))
                 if owner is not None:
                     candidate = found.setdefault(owner, _Candidate())
                     candidate.marked, candidate.last = True, position
         ranked = sorted(
             found, key=lambda key: (agent_of(key) == agent, found[key].last), reverse=True
         )
-        return [
-            owner
-            for owner in ranked[:_MAX_VERIFIED]
-            if found[owner].marked or _written(found[owner].groups, prompt_of(owner))
-        ]
+        for owner in ranked[:_MAX_VERIFIED]:
+            if found[owner].marked or _written(found[owner].groups, prompt_of(owner)):
+                return owner
+        return None
 
 
 def _written(found: set[str], prompt: Sequence[Mapping[str, Any]]) -> bool:
     """Whether some of the runs of words `found` are not in `prompt`: the model wrote them."""
     if not found:
         return False
-    held = f" {' '.join(words(_prompt_text(prompt)))} "
+    held = f" {' '.join(words(conversation_text(prompt)))} "
     return any(f" {window} " not in held for window in found)
 
 
-def _prompt_text(messages: Sequence[Mapping[str, Any]]) -> str:
+def conversation_text(messages: Sequence[Mapping[str, Any]]) -> str:
+    """The text of every message (`message_text`), one after the other."""
     return "\n".join(message_text(message) for message in messages)

@@ -72,7 +72,7 @@ from typing import Any
 import orjson
 
 from rltap.canonical import canonical_message
-from rltap.carry import CarryIndex, message_text, words
+from rltap.carry import CarryIndex, conversation_text, tool_function, words
 from rltap.record.errors import InvalidRequest
 from rltap.record.types import InteractionWithTokenLogpReward, Link
 
@@ -168,8 +168,7 @@ def _tool_calls(interaction: InteractionWithTokenLogpReward) -> list[Mapping[str
 
 
 def _tool_name(call: Mapping[str, Any]) -> str:
-    function = call.get("function")
-    name = (function if isinstance(function, Mapping) else call).get("name")
+    name = tool_function(call).get("name")
     return name if isinstance(name, str) else ""
 
 
@@ -188,8 +187,7 @@ def _leaves(value: Any) -> Iterator[str]:
 def _given_words(call: Mapping[str, Any]) -> list[str]:
     """The words of what a tool call was given: its longest value's, however nested (a task,
     a query, a message's content), or all of them when its arguments are not JSON."""
-    function = call.get("function")
-    raw = (function if isinstance(function, Mapping) else call).get("arguments")
+    raw = tool_function(call).get("arguments")
     try:
         arguments = orjson.loads(raw) if isinstance(raw, str | bytes) else raw
     except orjson.JSONDecodeError:
@@ -275,9 +273,8 @@ class LinkIndex:
         agent: str | None,
         *,
         relayed: bool = False,
-    ) -> list[str]:
-        """The interactions whose replies `messages` carry in another form (rule 4), the one
-        that wins first."""
+    ) -> str | None:
+        """The interaction whose reply `messages` carry in another form (rule 4), or None."""
         return self._carry.carried(
             messages,
             lambda key: interactions[key].messages,
@@ -313,7 +310,7 @@ def _open_call_link(
         return Link.HANDOFF
     if agent is not None and opened.agent_id and agent.startswith(f"{opened.agent_id}/"):
         return Link.SUBAGENT
-    held = set(words("\n".join(message_text(message) for message in messages)))
+    held = set(words(conversation_text(messages)))
     if any(held.issuperset(_given_words(call)) for call in calls):
         return Link.SUBAGENT
     return None
@@ -342,9 +339,9 @@ def choose_link(
         known = len(prefix_parent.messages) + len(prefix_parent.output_message_list or ())
         relayed = _relayed(messages[known:])
         if relayed:
-            carried = links.carried(interactions, relayed, None, relayed=True)[:1]
-            if carried and links.completed_after(carried[0], prefix_parent.interaction_id):
-                return interactions[carried[0]], Link.CARRY, prefix_parent.agent_id, []
+            carried = links.carried(interactions, relayed, None, relayed=True)
+            if carried is not None and links.completed_after(carried, prefix_parent.interaction_id):
+                return interactions[carried], Link.CARRY, prefix_parent.agent_id, []
         return prefix_parent, Link.PREFIX, prefix_parent.agent_id, []
     replied = links.latest_reply(messages)
     if replied is not None:
@@ -362,9 +359,9 @@ def choose_link(
         kind = _open_call_link(interactions[opened], messages, agent)
         if kind is not None:
             return interactions[opened], kind, derived, []
-    found = links.carried(interactions, messages, agent or derived)[:1]
-    if found:
-        parent = interactions[found[0]]
+    carried = links.carried(interactions, messages, agent or derived)
+    if carried is not None:
+        parent = interactions[carried]
         own = parent.agent_id == (agent or derived)
         return parent, Link.CARRY, derived, links.worked_for(parent) if own else []
     return None, Link.ROOT, derived, []
