@@ -27,7 +27,6 @@ What differs from `rltap.InteractionCache` is only what AReaL's callers rely on:
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -106,8 +105,8 @@ def _export(
     wherever the export holds that too, so the copies form the tree the cache holds."""
     nodes = concat_leaves(complete) if style == "concat" else complete
     exported = {
-        node.interaction_id: dataclasses.replace(
-            node, export_sequence=_export_sequence(node, style)
+        node.interaction_id: node.copy_for_export(
+            reward=node.reward, sequence=_export_sequence(node, style)
         )
         for node in nodes
     }

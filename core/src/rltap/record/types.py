@@ -359,6 +359,6 @@ class InteractionWithTokenLogpReward:
         return 0.0 if self.reward is None else float(self.reward)
 
     def copy_for_export(
-        self, *, reward: float, sequence: TokenSequence | None = None
+        self, *, reward: float | None, sequence: TokenSequence | None = None
     ) -> InteractionWithTokenLogpReward:
         return dataclasses.replace(self, reward=reward, export_sequence=sequence)
