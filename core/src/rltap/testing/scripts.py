@@ -8,10 +8,22 @@ call, the tool result, then a final answer.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["FINAL_PREFIX", "arguments_for", "echo", "tool_call_text", "tool_loop"]
+Messages = Sequence[Mapping[str, Any]]
+Tools = Sequence[Mapping[str, Any]] | None
+
+__all__ = [
+    "FINAL_PREFIX",
+    "arguments_for",
+    "content_text",
+    "echo",
+    "tool_call_text",
+    "tool_loop",
+    "tool_names",
+    "tool_then_answer",
+]
 
 FINAL_PREFIX = "Final answer:"
 
@@ -48,13 +60,38 @@ def tool_call_text(name: str, arguments: Mapping[str, Any] | None = None, /, **k
     return f"<tool_call>\n{json.dumps(call)}\n</tool_call>"
 
 
-def _last_tool_result(messages: Sequence[Mapping[str, Any]]) -> str | None:
-    if not messages or messages[-1].get("role") != "tool":
-        return None
-    content = messages[-1].get("content")
+def content_text(message: Mapping[str, Any]) -> str:
+    """A message's content as text: a list of parts joined, no content as ""."""
+    content = message.get("content")
     if isinstance(content, list):
         return "".join(str(part.get("text", "")) for part in content if isinstance(part, Mapping))
-    return str(content)
+    return str(content or "")
+
+
+def tool_names(tools: Tools) -> list[str]:
+    """The names of the tools a call offers (Chat Completions' or flat tool definitions)."""
+    return [tool.get("function", tool).get("name") for tool in tools or ()]
+
+
+def _last_tool_result(messages: Messages) -> str | None:
+    if not messages or messages[-1].get("role") != "tool":
+        return None
+    return content_text(messages[-1])
+
+
+def tool_then_answer(
+    name: str, arguments: Mapping[str, Any], answer: str | Callable[[str], str]
+) -> Callable[[Messages, Tools, int], str]:
+    """A script that calls tool `name` with `arguments`, then, given its result, answers with
+    `answer` (or `answer(result)`)."""
+
+    def script(messages: Messages, tools: Tools, turn: int) -> str:
+        result = _last_tool_result(messages)
+        if result is None:
+            return tool_call_text(name, arguments)
+        return answer if isinstance(answer, str) else answer(result)
+
+    return script
 
 
 def tool_loop(
@@ -75,7 +112,5 @@ def echo(
 ) -> str:
     """Repeats the last user message, with the turn number: `Turn 0: you said: ...`."""
     last = next((m for m in reversed(messages) if m.get("role") == "user"), None)
-    content = "" if last is None else last.get("content")
-    if isinstance(content, list):
-        content = "".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping))
+    content = "" if last is None else content_text(last)
     return f"Turn {turn}: you said: {content}"

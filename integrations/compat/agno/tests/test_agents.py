@@ -25,7 +25,7 @@ from pydantic import BaseModel, Field
 
 from rltap.testing.harness import ProxyFactory
 from rltap.testing.matrix import MULTI_AGENT, STRUCTURED, TOOL_LOOP, Cell, recorded_cell
-from rltap.testing.scripts import tool_call_text
+from rltap.testing.scripts import tool_call_text, tool_names
 from rltap.testing.trees import assert_one_tree, assert_reward_reaches_every_call, run_session
 
 FRAMEWORK = "agno"
@@ -71,10 +71,6 @@ class WeatherReport(BaseModel):
     city: str = Field(description="The city asked about")
     conditions: str
     temperature_c: int
-
-
-def tool_names(tools: Tools) -> list[str]:
-    return [tool.get("function", tool)["name"] for tool in tools or []]
 
 
 def answer(weather: str) -> str:

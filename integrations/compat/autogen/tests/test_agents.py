@@ -33,7 +33,7 @@ from autogen_ext.models.openai import OpenAIChatCompletionClient
 
 from rltap.testing.harness import ProxyFactory
 from rltap.testing.matrix import MULTI_AGENT, STRUCTURED, TOOL_LOOP, Cell, recorded_cell
-from rltap.testing.scripts import FINAL_PREFIX, tool_call_text
+from rltap.testing.scripts import FINAL_PREFIX, content_text, tool_call_text, tool_then_answer
 from rltap.testing.structured import Forecast
 from rltap.testing.trees import assert_one_tree, assert_reward_reaches_every_call, run_session
 
@@ -58,15 +58,8 @@ def model_client(base_url: str, api_key: str) -> OpenAIChatCompletionClient:
     )
 
 
-def text_of(message: Mapping[str, Any]) -> str:
-    content = message.get("content")
-    if isinstance(content, list):
-        return "".join(str(part.get("text", "")) for part in content)
-    return str(content or "")
-
-
 def system_prompt(messages: Messages) -> str:
-    return text_of(messages[0]) if messages and messages[0].get("role") == "system" else ""
+    return content_text(messages[0]) if messages and messages[0].get("role") == "system" else ""
 
 
 async def get_weather(city: str) -> str:
@@ -74,12 +67,10 @@ async def get_weather(city: str) -> str:
     return f"The weather in {city} is 73 degrees and sunny."
 
 
-def weather_script(messages: Messages, tools: Tools, turn: int) -> str:
-    """Calls get_weather for Paris, then answers with the tool's result."""
-    last = messages[-1]
-    if last.get("role") == "tool":
-        return f"{FINAL_PREFIX} {text_of(last)}"
-    return tool_call_text("get_weather", {"city": "Paris"})
+# Calls get_weather for Paris, then answers with the tool's result.
+weather_script = tool_then_answer(
+    "get_weather", {"city": "Paris"}, lambda result: f"{FINAL_PREFIX} {result}"
+)
 
 
 def weather_agent(
@@ -141,12 +132,9 @@ async def test_streamed_tool_loop_is_one_tree(make_proxy: ProxyFactory) -> None:
         assert_reward_reaches_every_call(items)
 
 
-def forecast_script(messages: Messages, tools: Tools, turn: int) -> str:
-    """Looks the weather up, then writes the forecast as compact JSON (what the grammar of the
-    response format admits)."""
-    if messages[-1].get("role") == "tool":
-        return FORECAST.model_dump_json()
-    return tool_call_text("get_weather", {"city": "Paris"})
+# Looks the weather up, then writes the forecast as compact JSON (what the grammar of the
+# response format admits).
+forecast_script = tool_then_answer("get_weather", {"city": "Paris"}, FORECAST.model_dump_json())
 
 
 async def test_structured_output_is_one_tree(make_proxy: ProxyFactory) -> None:
@@ -297,7 +285,7 @@ def refund_script(messages: Messages, tools: Tools, turn: int) -> str:
     if "travel agent" in system_prompt(messages):
         return tool_call_text("transfer_to_flights_refunder", {})
     if messages[-1].get("role") == "tool":
-        return f"{text_of(messages[-1])} TERMINATE"
+        return f"{content_text(messages[-1])} TERMINATE"
     return tool_call_text("refund_flight", {"flight_id": "AB123"})
 
 

@@ -20,6 +20,7 @@ from pydantic import BaseModel
 
 from rltap.testing.harness import ProxyFactory
 from rltap.testing.matrix import STRUCTURED, TOOL_LOOP, Cell, recorded_cell
+from rltap.testing.scripts import content_text
 from rltap.testing.trees import assert_one_tree, assert_reward_reaches_every_call, run_session
 
 QUESTION = "What is (2 + 3) + 4? Use the add tool."
@@ -43,16 +44,9 @@ def fields(**values: str) -> str:
     return "\n\n".join([*parts, "[[ ## completed ## ]]"])
 
 
-def text(message: Mapping[str, Any]) -> str:
-    content = message.get("content") or ""
-    if isinstance(content, list):
-        return "".join(str(part.get("text", "")) for part in content if isinstance(part, Mapping))
-    return str(content)
-
-
 def asks_for(messages: Sequence[Mapping[str, Any]], field: str) -> bool:
     """Whether the signature in the system message has the output field `field`."""
-    return f"`{field}`" in text(messages[0]).partition("Your output fields are:")[2]
+    return f"`{field}`" in content_text(messages[0]).partition("Your output fields are:")[2]
 
 
 # ReAct's steps: add 2 and 3, add 4 to that, finish; then the extract step answers. The
@@ -90,7 +84,7 @@ def react_script(steps: Sequence[Step]) -> Script:
     ) -> str:
         if not asks_for(messages, "next_tool_name"):
             return fields(reasoning=ANSWER_REASONING, answer=ANSWER)
-        thought, tool, arguments = steps[text(messages[-1]).count("[[ ## observation_")]
+        thought, tool, arguments = steps[content_text(messages[-1]).count("[[ ## observation_")]
         return fields(
             next_thought=thought, next_tool_name=tool, next_tool_args=json.dumps(arguments)
         )
@@ -167,7 +161,7 @@ async def test_react_steps_are_one_tree_linked_by_carry(make_proxy: ProxyFactory
         # Every call is a system message and one user message; the later ones hold the
         # trajectory so far, the earlier calls' replies re-rendered field by field.
         assert all([m["role"] for m in item["messages"]] == ["system", "user"] for item in items)
-        last = text(items[-1]["messages"][-1])
+        last = content_text(items[-1]["messages"][-1])
         assert f"[[ ## thought_1 ## ]]\n{steps[1][0]}" in last
         assert "[[ ## observation_1 ## ]]\n9" in last
         assert_one_tree(items, ["root", "carry", "carry", "carry"])

@@ -20,7 +20,7 @@ from haystack.utils import Secret
 
 from rltap.testing.harness import ProxyFactory
 from rltap.testing.matrix import MULTI_AGENT, STRUCTURED, TOOL_LOOP, Cell, recorded_cell
-from rltap.testing.scripts import tool_call_text
+from rltap.testing.scripts import content_text, tool_call_text, tool_names, tool_then_answer
 from rltap.testing.structured import Forecast
 from rltap.testing.trees import assert_one_tree, assert_reward_reaches_every_call, run_session
 
@@ -39,24 +39,14 @@ def chat_generator(base_url: str, api_key: str, **options: Any) -> OpenAIChatGen
     )
 
 
-def text_of(message: Mapping[str, Any]) -> str:
-    content = message.get("content")
-    if isinstance(content, list):
-        return "".join(str(part.get("text", "")) for part in content)
-    return str(content or "")
-
-
 @tool
 def get_weather(city: Annotated[str, "the city to get the weather for"]) -> str:
     """Get the weather for a city."""
     return f"The weather in {city} is 21 degrees and sunny."
 
 
-def weather_script(messages: Messages, tools: Tools, turn: int) -> str:
-    """Calls get_weather for Paris, then answers from its result."""
-    if messages[-1].get("role") == "tool":
-        return ANSWER
-    return tool_call_text("get_weather", {"city": "Paris"})
+# Calls get_weather for Paris, then answers from its result.
+weather_script = tool_then_answer("get_weather", {"city": "Paris"}, ANSWER)
 
 
 async def test_agent_with_a_tool_is_one_tree(make_proxy: ProxyFactory) -> None:
@@ -108,12 +98,9 @@ async def test_streamed_agent_is_one_tree(make_proxy: ProxyFactory) -> None:
         assert_reward_reaches_every_call(items)
 
 
-def forecast_script(messages: Messages, tools: Tools, turn: int) -> str:
-    """Looks the weather up, then writes the forecast as compact JSON (what the grammar of the
-    response format admits)."""
-    if messages[-1].get("role") == "tool":
-        return FORECAST.model_dump_json()
-    return tool_call_text("get_weather", {"city": "Paris"})
+# Looks the weather up, then writes the forecast as compact JSON (what the grammar of the
+# response format admits).
+forecast_script = tool_then_answer("get_weather", {"city": "Paris"}, FORECAST.model_dump_json())
 
 
 async def test_response_format_is_one_tree(make_proxy: ProxyFactory) -> None:
@@ -151,7 +138,7 @@ FINDINGS = "Findings: Paris is sunny today at 21 degrees, and no wind is expecte
 def delegation_script(messages: Messages, tools: Tools, turn: int) -> str:
     """The coordinator delegates to the researcher (an `AgentTool`), which looks the weather up
     and reports; the coordinator then answers from the report."""
-    names = {tool.get("function", tool)["name"] for tool in tools or ()}
+    names = tool_names(tools)
     last = messages[-1]
     if "research" in names:
         if last.get("role") == "tool":
@@ -196,4 +183,4 @@ async def test_agent_as_a_tool_of_another_agent_is_one_tree(make_proxy: ProxyFac
         assert researching["parent_id"] == delegated["interaction_id"]
         assert reported["parent_id"] == researching["interaction_id"]
         assert answered["parent_id"] == delegated["interaction_id"]
-        assert text_of(answered["messages"][-1]) == FINDINGS
+        assert content_text(answered["messages"][-1]) == FINDINGS

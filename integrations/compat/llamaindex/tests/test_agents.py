@@ -27,7 +27,7 @@ from llama_index.llms.openai_like import OpenAILike
 
 from rltap.testing.harness import ProxyFactory
 from rltap.testing.matrix import MULTI_AGENT, STRUCTURED, TOOL_LOOP, Cell, recorded_cell
-from rltap.testing.scripts import tool_call_text
+from rltap.testing.scripts import content_text, tool_call_text, tool_names
 from rltap.testing.structured import Forecast
 from rltap.testing.trees import assert_one_tree, assert_reward_reaches_every_call, run_session
 
@@ -48,17 +48,6 @@ def openai_like(base_url: str, api_key: str, **options: Any) -> OpenAILike:
         is_function_calling_model=True,
         **options,
     )
-
-
-def text_of(message: Mapping[str, Any]) -> str:
-    content = message.get("content")
-    if isinstance(content, list):
-        return "".join(str(part.get("text", "")) for part in content)
-    return str(content or "")
-
-
-def tool_names(tools: Tools) -> set[str]:
-    return {tool.get("function", tool)["name"] for tool in tools or ()}
 
 
 async def get_weather(city: str) -> str:
@@ -141,8 +130,8 @@ async def test_agent_output_cls_carries_the_answer(make_proxy: ProxyFactory) -> 
         # user message, the agent's answer in it.
         formatting = items[-1]
         (prompt,) = [m for m in formatting["messages"] if m["role"] == "user"]
-        assert text_of(prompt).startswith("<current_conversation>")
-        assert f"<message>{ANSWER}</message>" in text_of(prompt)
+        assert content_text(prompt).startswith("<current_conversation>")
+        assert f"<message>{ANSWER}</message>" in content_text(prompt)
         assert formatting["constrained"]
         assert_one_tree(items, ["root", "prefix", "carry"])
         assert_reward_reaches_every_call(items)
@@ -168,7 +157,7 @@ async def test_structured_predict_is_one_constrained_call(make_proxy: ProxyFacto
 
 def research_script(messages: Messages, tools: Tools, turn: int) -> str:
     """The research agent finds a fact and hands over to the write agent, which writes."""
-    system = text_of(messages[0])
+    system = content_text(messages[0])
     last = messages[-1]
     if "ResearchAgent" in system:
         if last.get("role") == "tool":

@@ -25,7 +25,7 @@ from pydantic_ai.providers.openai import OpenAIProvider
 
 from rltap.testing.harness import ProxyFactory
 from rltap.testing.matrix import MULTI_AGENT, STRUCTURED, TOOL_LOOP, Cell, recorded_cell
-from rltap.testing.scripts import tool_call_text
+from rltap.testing.scripts import tool_call_text, tool_names
 from rltap.testing.trees import (
     assert_one_tree,
     assert_reward_reaches_every_call,
@@ -41,10 +41,6 @@ Tools = Sequence[Mapping[str, Any]] | None
 def proxy_model(base_url: str, api_key: str) -> OpenAIChatModel:
     """The documented way to reach an OpenAI-compatible server: the provider's URL and key."""
     return OpenAIChatModel("tiny", provider=OpenAIProvider(base_url=base_url, api_key=api_key))
-
-
-def tool_names(tools: Tools) -> list[str]:
-    return [tool.get("function", tool)["name"] for tool in tools or []]
 
 
 def tool_results(messages: Messages) -> list[str]:

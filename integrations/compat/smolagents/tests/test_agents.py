@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -31,7 +31,7 @@ from smolagents import (
 
 from rltap.testing.harness import ProxyFactory
 from rltap.testing.matrix import MULTI_AGENT, STRUCTURED, TOOL_LOOP, Cell, recorded_cell
-from rltap.testing.scripts import tool_call_text
+from rltap.testing.scripts import content_text, tool_call_text, tool_names
 from rltap.testing.trees import (
     assert_one_tree,
     assert_reward_reaches_every_call,
@@ -81,23 +81,12 @@ def model(base_url: str, api_key: str) -> OpenAIServerModel:
     return OpenAIServerModel(model_id="tiny", api_base=base_url, api_key=api_key)
 
 
-def text(message: Mapping[str, Any]) -> str:
-    content = message.get("content") or ""
-    if isinstance(content, list):
-        return "".join(str(part.get("text", "")) for part in content if isinstance(part, Mapping))
-    return str(content)
-
-
 def observation(messages: Sequence[Mapping[str, Any]]) -> str | None:
     """The tool result smolagents relays as the last (user) message, or None on a first step."""
     last = messages[-1]
-    if last.get("role") == "user" and text(last).startswith("Observation:"):
-        return text(last).removeprefix("Observation:").strip()
+    if last.get("role") == "user" and content_text(last).startswith("Observation:"):
+        return content_text(last).removeprefix("Observation:").strip()
     return None
-
-
-def names(tools: Iterable[Mapping[str, Any]] | None) -> list[str]:
-    return [t.get("function", t).get("name") for t in tools or []]
 
 
 def arithmetic(
@@ -108,7 +97,7 @@ def arithmetic(
     result = observation(messages)
     if result is not None:
         return tool_call_text("final_answer", {"answer": result})
-    (operation,) = (name for name in names(tools) if name != "final_answer")
+    (operation,) = (name for name in tool_names(tools) if name != "final_answer")
     return tool_call_text(operation, {"a": 2, "b": 3})
 
 
@@ -154,11 +143,11 @@ def manager_and_searcher(
     CodeAgent), which looks the capital up with its tool; each answers once it has an
     observation. Who is asking shows in the tools offered."""
     result = observation(messages)
-    if "lookup_capital" in names(tools):
+    if "lookup_capital" in tool_names(tools):
         if result is None:
             return tool_call_text("lookup_capital", {"country": "France"})
         return tool_call_text("final_answer", {"answer": result})
-    if "searcher" in names(tools):
+    if "searcher" in tool_names(tools):
         if result is None:
             return tool_call_text("searcher", {"task": SEARCHER_TASK})
         return tool_call_text("final_answer", {"answer": "Paris"})
@@ -188,7 +177,7 @@ async def test_tool_calling_agent_is_one_tree_linked_by_carry(make_proxy: ProxyF
         assert answers == ["5"]
         first, answer = items
         # The native tool call comes back as text, its result as a user message.
-        relayed = [(m["role"], text(m)) for m in answer["messages"][-2:]]
+        relayed = [(m["role"], content_text(m)) for m in answer["messages"][-2:]]
         assert relayed[0][0] == "assistant"
         assert relayed[0][1].startswith("Calling tools:\n[{")
         assert "'name': 'add'" in relayed[0][1]
@@ -214,10 +203,10 @@ async def test_code_agent_is_one_tree_linked_by_carry(make_proxy: ProxyFactory) 
         first, answer = items
         # rltap cut the stop string `</code>`; smolagents appends it again, then the call as text.
         assert first["output_text"] == THOUGHT_ADD
-        carried = text(answer["messages"][-2])
+        carried = content_text(answer["messages"][-2])
         assert carried.startswith(f"{THOUGHT_ADD}</code>\nCalling tools:\n[{{")
         assert "'name': 'python_interpreter'" in carried
-        assert text(answer["messages"][-1]).startswith("Observation:\nExecution logs:\n5\n")
+        assert content_text(answer["messages"][-1]).startswith("Observation:\nExecution logs:\n5\n")
         assert_one_tree(items, ["root", "carry"])
         assert answer["parent_id"] == first["interaction_id"]
         assert_reward_reaches_every_call(items)
@@ -240,7 +229,7 @@ async def test_code_agent_structured_steps_are_one_tree(make_proxy: ProxyFactory
         # Each step was generated under the ThoughtAndCodeAnswer schema's grammar.
         assert [item["constrained"] for item in items] == [True, True]
         assert json.loads(first["output_text"])["code"] == "total = add(2, 3)\nprint(total)"
-        carried = text(answer["messages"][-2])
+        carried = content_text(answer["messages"][-2])
         assert carried.startswith(f"{first['output_text']}\nCalling tools:\n[{{")
         assert_one_tree(items, ["root", "carry"])
         assert_reward_reaches_every_call(items)
@@ -310,11 +299,11 @@ async def test_managed_agent_runs_as_subagent_of_the_managers_call(
         manager_call, searcher_call, searcher_answer, manager_answer = items
         # The managed agent is another agent: its own prompt, its task from the manager's call.
         assert searcher_call["agent_id"] == searcher_answer["agent_id"] != manager_call["agent_id"]
-        task = text(searcher_call["messages"][-1])
+        task = content_text(searcher_call["messages"][-1])
         assert "'searcher'" in task
         assert SEARCHER_TASK in task
         # The manager reads the searcher's report as the observation of its own call.
-        report = text(manager_answer["messages"][-1])
+        report = content_text(manager_answer["messages"][-1])
         assert "managed agent 'searcher'" in report
         assert "Paris" in report
         assert_one_tree(items, ["root", "subagent", "carry", "carry"])
