@@ -24,9 +24,10 @@ before any other (an agent continuing its own conversation, with another agent's
 in it).
 
 Cost: O(W) for a request of W words (one dictionary lookup per window of `GROUP` words), plus,
-for the few candidate replies, one pass over each one's prompt; a reply of W words adds W
+for the few candidate replies, one pass over each one's prompt. A reply of W words adds W
 integer keys (about 0.8 ms and 120 KiB for 1,500 words; a thinking model's reasoning is not
-indexed, only the text and tool calls the next call may carry).
+indexed, only the text and tool calls the next call may carry), when a later call first looks
+replies up: a session whose calls all link by `prefix` indexes nothing.
 """
 
 from __future__ import annotations
@@ -127,9 +128,16 @@ class CarryIndex:
         self._by_group: dict[int, str] = {}
         self._by_id: dict[str, str] = {}
         self._by_whole: dict[bytes, str] = {}
+        # Replies completed since the last lookup: indexed when a call first needs them, so a
+        # session whose calls all link by `prefix` (most tool loops) never pays for the index.
+        self._unread: list[tuple[str, Iterable[Mapping[str, Any]]]] = []
 
     def completed(self, interaction_id: str, outputs: Iterable[Mapping[str, Any]]) -> None:
-        """Index the marks of a complete interaction's reply (its assistant messages)."""
+        """A complete interaction's reply (its assistant messages), to index before the next
+        lookup."""
+        self._unread.append((interaction_id, outputs))
+
+    def _index(self, interaction_id: str, outputs: Iterable[Mapping[str, Any]]) -> None:
         texts = []
         for message in outputs:
             if message.get("role") != "assistant":
@@ -159,6 +167,11 @@ class CarryIndex:
         the calling agent's. `relayed`: `messages` are all another agent speaking (so the first
         of them, too, may be a reply relayed whole).
         """
+        for unread in self._unread:
+            self._index(*unread)
+        self._unread.clear()
+        if not (self._by_group or self._by_id or self._by_whole):
+            return None  # no reply to carry yet (a session's first call)
         found: dict[str, _Candidate] = {}
         position = 0
         first_turn = (
