@@ -99,10 +99,9 @@ def _call_ids(message: Mapping[str, Any]) -> Iterator[str]:
         yield message["tool_call_id"]
 
 
-def _windows(text_words: Sequence[str]) -> Iterator[tuple[int, str]]:
+def _windows(text_words: Sequence[str]) -> Iterator[tuple[int, tuple[str, ...]]]:
     """Every run of GROUP consecutive words, with where it starts."""
-    for start in range(len(text_words) - GROUP + 1):
-        yield start, " ".join(text_words[start : start + GROUP])
+    return enumerate(zip(*(text_words[shift:] for shift in range(GROUP)), strict=False))
 
 
 def _whole_key(text: str) -> bytes:
@@ -113,7 +112,7 @@ class _Candidate:
     __slots__ = ("groups", "last", "marked")
 
     def __init__(self) -> None:
-        self.groups: set[str] = set()
+        self.groups: set[tuple[str, ...]] = set()
         self.last = -1  # where in the request its latest mark stands
         self.marked = False  # by a tool-call id or its whole text: no echo to rule out
 
@@ -123,7 +122,7 @@ class CarryIndex:
     carries. Not thread-safe by itself: `InteractionCache` holds its lock around every call."""
 
     def __init__(self) -> None:
-        # A run's hash (the string's own, stable within the process: the index never leaves
+        # A run's hash (its words' own hashes, stable within the process: the index never leaves
         # it) -> the reply that wrote it last; a run two replies share points at the later one.
         self._by_group: dict[int, str] = {}
         self._by_id: dict[str, str] = {}
@@ -212,12 +211,12 @@ class CarryIndex:
         return None
 
 
-def _written(found: set[str], prompt: Sequence[Mapping[str, Any]]) -> bool:
+def _written(found: set[tuple[str, ...]], prompt: Sequence[Mapping[str, Any]]) -> bool:
     """Whether some of the runs of words `found` are not in `prompt`: the model wrote them."""
     if not found:
         return False
     held = f" {' '.join(words(conversation_text(prompt)))} "
-    return any(f" {window} " not in held for window in found)
+    return any(f" {' '.join(window)} " not in held for window in found)
 
 
 def conversation_text(messages: Sequence[Mapping[str, Any]]) -> str:
