@@ -27,8 +27,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from rltap.cache import InteractionCache
 from rltap.record.types import InteractionWithTokenLogpReward, ModelResponse
+from rltap.tree.cache import InteractionCache
 
 BRANCH_SIZES = (250, 500, 1000, 2000)
 CHAIN_POINTS = (500, 1000, 2000, 4000)

@@ -5,7 +5,7 @@ Each actor (1 CPU) hosts its own proxy in front of its own instant vLLM-compatib
 is measured is the actors' proxies and agents (bench/ray_agent.py: two turns an episode) and the
 driver's dispatch and file writing. Both runs go in one process on one local cluster, side by
 side: each starts its actors, warms them with a few rows, then times `--rows` rows x
-`--group-size` episodes into a fresh folder (`rltap.distributed`, the path of `rltap rollout
+`--group-size` episodes into a fresh folder (`rltap.rollout.ray`, the path of `rltap rollout
 --ray`). The driver's cost is its process CPU time (its Ray threads included) per episode.
 `--repeats` alternates the two (1, 2, 2, 1, ...) and keeps each one's best run: Ray runs its
 workers at nice 15, so on a host shared with other jobs those take the CPU first and one run
@@ -33,10 +33,10 @@ from proxy_overhead import background, free_port, wait_ready
 from rich.console import Console
 from rich.table import Table
 
-from rltap.cli import build_parser
+from rltap.cli.commands import build_parser
 from rltap.config import RolloutConfig, from_namespace
-from rltap.distributed import ray_actors
-from rltap.rollout import run_rollout
+from rltap.rollout.ray import ray_actors
+from rltap.rollout.runner import run_rollout
 from rltap.testing.models import cached_qwen_tokenizer_dir
 
 BENCH = Path(__file__).resolve().parent

@@ -56,7 +56,7 @@ def serve(args: argparse.Namespace) -> int:
     from rltap.chat.streaming import build_output_parser
     from rltap.proxy.app import create_app
     from rltap.proxy.state import ProxyConfig, ProxyLimits
-    from rltap.session import SessionConfig
+    from rltap.session.session import SessionConfig
     from rltap.testing.models import cached_qwen_tokenizer_dir
 
     admin_key = os.environ.get(ADMIN_KEY_ENV)

@@ -44,11 +44,11 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from rltap.cache import InteractionCache
 from rltap.record.types import InteractionWithTokenLogpReward, ModelResponse
 from rltap.store.capture import CaptureStore
 from rltap.store.files import export_store
 from rltap.testing.models import cached_qwen_tokenizer_dir
+from rltap.tree.cache import InteractionCache
 from rltap.view import create_view_app
 
 

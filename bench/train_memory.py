@@ -49,7 +49,7 @@ def child(variant: str, run: Path, steps: int, model_dir: str) -> None:
     from transformers import AutoModelForCausalLM
 
     from rltap.record.pack_io import load_packs
-    from rltap.rollout import BATCH
+    from rltap.rollout.runner import BATCH
     from rltap.train.memory import trim_heap
     from rltap.train.trainer import PolicyTrainer, TrainSettings
 

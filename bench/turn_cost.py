@@ -29,7 +29,7 @@ from rich.table import Table
 from rltap.chat.renderer import ChatRenderer
 from rltap.chat.streaming import build_output_parser
 from rltap.protocols import openai_chat
-from rltap.session import Session, SessionConfig
+from rltap.session.session import Session, SessionConfig
 from rltap.testing.models import cached_qwen_tokenizer_dir
 
 TURNS = 64

@@ -22,11 +22,11 @@ from rltap.chat.renderer import ChatRenderer
 from rltap.engines.scripted import ScriptedEngine
 from rltap.proxy.state import ProxyConfig
 from rltap.record.types import InteractionWithTokenLogpReward
-from rltap.session import SessionConfig
+from rltap.rollout.workflow import resolve_workflow
+from rltap.session.session import SessionConfig
 from rltap.testing.areal_engine import ScriptedArealEngine
 from rltap.testing.proxy import TEST_ADMIN_KEY, RunningProxy, start_test_proxy
 from rltap.testing.scripts import echo
-from rltap.workflow import resolve_workflow
 
 AGENTS_FILE = Path(__file__).parent / "agents" / "areal_agents.py"
 CONFIG = ProxyConfig(

@@ -26,8 +26,8 @@ from rltap.chat.constraints import (
 from rltap.chat.lark_syntax import TokenSyntax
 from rltap.chat.renderer import ChatRenderer
 from rltap.chat.streaming import OutputParser, build_output_parser
-from rltap.generation import CanonicalRequest
 from rltap.record.errors import InvalidRequest
+from rltap.record.generation import CanonicalRequest
 from rltap.record.types import Constraint
 
 ADD_SCHEMA = {

@@ -13,7 +13,7 @@ import torch
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from rltap.cli import main
+from rltap.cli.commands import main
 from rltap.testing.models import QWEN_ADDED_TOKENS, QWEN_VOCAB_SIZE, cached_build
 
 # Qwen2.5's default system prompt + a question + the generation prompt, as Qwen2.5 tokenizes it.

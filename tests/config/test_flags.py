@@ -15,7 +15,7 @@ from typing import Any, get_args
 import pytest
 import yaml
 
-from rltap.cli import build_parser
+from rltap.cli.commands import build_parser
 from rltap.config import (
     ChatConfig,
     ConfigError,
@@ -184,9 +184,9 @@ def test_configs_pickle_for_the_ray_actors() -> None:
 
 def test_the_classes_with_their_own_fields_take_the_defaults_from_the_config() -> None:
     from rltap.chat.renderer import RenderMode
-    from rltap.client import DirectOpenAI
+    from rltap.client.direct import DirectOpenAI
     from rltap.proxy import ProxyConfig, ProxyLimits
-    from rltap.session import SessionConfig
+    from rltap.session.session import SessionConfig
 
     chat, limits = ChatConfig(), LimitsConfig()
     session = SessionConfig()

@@ -45,8 +45,8 @@ def test_the_seed_names_import_from_the_package() -> None:
 
     assert ArealOpenAI.__module__ == "rltap.areal.client"  # AReaL's contract, as rltap.areal's
     assert InteractionWithTokenLogpReward.__module__ == "rltap.record.types"
-    assert OpenAIProxyClient.__module__ == "rltap.proxy.client"
-    assert OpenAIProxyWorkflow.__module__ == "rltap.workflow"
+    assert OpenAIProxyClient.__module__ == "rltap.client.proxy"
+    assert OpenAIProxyWorkflow.__module__ == "rltap.rollout.workflow"
 
 
 def test_unknown_names_raise_attribute_error() -> None:

@@ -8,7 +8,7 @@
   `# <name>.py` is that file: it is written where the commands run. One importing a framework
   adapter runs in that framework's venv: `integrations/<fw>/tests/test_readme_quickstart.py`.
 - `text` blocks are `make demo`'s table: its columns and frameworks must be the demo's.
-- `tree` blocks are the drawn trees of "How calls are linked": `tests/core/test_links.py`
+- `tree` blocks are the drawn trees of "How calls are linked": `tests/tree/test_links.py`
   builds each one and checks its links and rewards.
 
 The only edits are PLACEHOLDERS (a model folder, the engine servers' addresses), the port of each
@@ -437,7 +437,7 @@ async def _python(walk: Walk, step: Step) -> None:
 
 
 def _output(step: Step) -> None:
-    from rltap.demo import EXAMPLES, demo_table
+    from rltap.cli.demo import EXAMPLES, demo_table
 
     headers = [str(column.header) for column in demo_table([]).columns]
     lines = step.block.text.splitlines()

@@ -16,7 +16,7 @@ WITHOUT_TORCH = textwrap.dedent(
     import sys
 
     sys.modules["torch"] = None
-    import rltap.cli, rltap.proxy.app, rltap.engines.vllm, rltap.engines.sglang
+    import rltap.cli.commands, rltap.proxy.app, rltap.engines.vllm, rltap.engines.sglang
     from rltap.engines import create_engine
 
     create_engine("vllm", url="http://127.0.0.1:9")

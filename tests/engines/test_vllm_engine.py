@@ -764,7 +764,7 @@ def test_rltap_train_updates_the_vllm_server_it_trains_with(
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
-    from rltap.cli import main
+    from rltap.cli.commands import main
     from rltap.train.sync import weight_sync
 
     toy = Path(__file__).resolve().parents[2] / "examples" / "train_toy"

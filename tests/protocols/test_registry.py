@@ -8,7 +8,6 @@ import pytest
 
 from rltap.chat.renderer import ChatRenderer
 from rltap.engines.scripted import ScriptedEngine
-from rltap.generation import Generation
 from rltap.protocols import (
     SPECS,
     ApiSpec,
@@ -21,6 +20,7 @@ from rltap.protocols import (
 )
 from rltap.proxy.app import create_app
 from rltap.proxy.state import ProxyConfig
+from rltap.record.generation import Generation
 from rltap.record.parsed import ParsedOutput
 from rltap.record.types import ModelResponse
 from rltap.testing.proxy import TEST_ADMIN_KEY

@@ -7,10 +7,10 @@ from typing import Any
 
 import orjson
 
-from rltap.generation import StreamEvent
 from rltap.protocols import StreamEncoder
+from rltap.protocols.sse import SSEEvent
+from rltap.record.generation import StreamEvent
 from rltap.record.parsed import ParsedToolCall
-from rltap.sse import SSEEvent
 
 
 def assistant_message(
@@ -35,7 +35,7 @@ def encode_stream(encoder: StreamEncoder, events: Sequence[StreamEvent]) -> list
 
 
 def sse_bytes(events: Sequence[SSEEvent]) -> bytes:
-    """SSE text as `rltap.sse` writes it."""
+    """SSE text as `rltap.protocols.sse` writes it."""
     out = bytearray()
     for event in events:
         if event.event is not None:

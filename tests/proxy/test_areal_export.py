@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import torch
 
+from rltap.client.proxy import OpenAIProxyClient
 from rltap.config import ServeConfig, add_arguments, from_namespace
-from rltap.proxy.client import OpenAIProxyClient
 from rltap.proxy.control import ExportRequest, export_body
 from rltap.proxy.server import serve_config
 from rltap.record.tensor_codec import decode_tensors

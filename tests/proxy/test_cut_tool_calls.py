@@ -20,7 +20,7 @@ from add_tool import ANTHROPIC_ADD_TOOL, CHAT_ADD_TOOL, RESPONSES_ADD_TOOL
 from clients import sse_data
 
 from rltap.chat.renderer import ChatRenderer
-from rltap.proxy.client import interactions_from_export
+from rltap.client.proxy import interactions_from_export
 from rltap.testing.proxy import RunningProxy
 
 ProxyFactory = Callable[..., Awaitable[RunningProxy]]

@@ -18,7 +18,7 @@ from rltap.chat.renderer import ChatRenderer
 from rltap.chat.streaming import build_output_parser
 from rltap.engines.scripted import ScriptedEngine
 from rltap.proxy.state import ProxyConfig, ProxyLimits
-from rltap.session import SessionConfig
+from rltap.session.session import SessionConfig
 from rltap.testing.proxy import TEST_ADMIN_KEY, RunningProxy, start_test_proxy
 from rltap.testing.scripts import tool_loop
 

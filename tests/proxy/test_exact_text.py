@@ -18,7 +18,7 @@ import torch
 from clients import sse_data
 
 from rltap.chat.renderer import ChatRenderer
-from rltap.proxy.client import interactions_from_export
+from rltap.client.proxy import interactions_from_export
 from rltap.testing.proxy import RunningProxy
 
 ProxyFactory = Callable[..., Awaitable[RunningProxy]]

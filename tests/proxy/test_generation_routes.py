@@ -21,7 +21,7 @@ from rltap.chat.streaming import build_output_parser
 from rltap.engines.scripted import ScriptedEngine
 from rltap.proxy.state import ProxyConfig, ProxyLimits
 from rltap.record.types import ModelRequest, TokenChunk
-from rltap.session import SessionConfig
+from rltap.session.session import SessionConfig
 from rltap.testing.proxy import TEST_ADMIN_KEY, RunningProxy, start_test_proxy
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

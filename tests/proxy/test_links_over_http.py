@@ -11,11 +11,11 @@ import pytest
 from add_tool import ANTHROPIC_ADD_TOOL, CHAT_ADD_TOOL, QUESTION, RESPONSES_ADD_TOOL
 from clients import anthropic_client, openai_client
 
-from rltap.links import agent_header_value
-from rltap.proxy.client import interactions_from_export
+from rltap.client.proxy import interactions_from_export
 from rltap.record.types import Link
 from rltap.testing.proxy import RunningProxy
 from rltap.testing.scripts import FINAL_PREFIX
+from rltap.tree.links import agent_header_value
 
 DISCOUNT = 0.9
 

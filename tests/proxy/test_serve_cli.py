@@ -93,7 +93,7 @@ def test_serve_prints_a_generated_key_and_answers(tiny_model_dir: Path) -> None:
 def test_serve_flags_reach_the_session_config(
     tiny_model_dir: Path, flags: list[str], strict: bool, drop: bool
 ) -> None:
-    from rltap.cli import build_parser
+    from rltap.cli.commands import build_parser
     from rltap.config import ServerConfig, from_namespace
     from rltap.proxy import serve_config
 

@@ -15,7 +15,7 @@ import torch
 from add_tool import CHAT_ADD_TOOL
 from prometheus_client.parser import text_string_to_metric_families
 
-from rltap.proxy.client import OpenAIProxyClient
+from rltap.client.proxy import OpenAIProxyClient
 from rltap.proxy.state import ProxyLimits
 from rltap.record import errors
 from rltap.testing.proxy import RunningProxy

@@ -22,11 +22,11 @@ from clients import anthropic_client, openai_client, sse_data
 
 from rltap.chat.renderer import ChatRenderer
 from rltap.chat.streaming import build_output_parser
+from rltap.client.proxy import interactions_from_export
 from rltap.engines.transformers import TransformersEngine
-from rltap.proxy.client import interactions_from_export
 from rltap.proxy.state import ProxyConfig
 from rltap.record.types import Link
-from rltap.session import SessionConfig
+from rltap.session.session import SessionConfig
 from rltap.testing.proxy import TEST_ADMIN_KEY, RunningProxy, start_test_proxy
 
 ProxyFactory = Callable[..., Awaitable[RunningProxy]]

@@ -24,7 +24,7 @@ from rltap.engines.scripted import ScriptedEngine
 from rltap.proxy.state import ProxyConfig, ProxyLimits
 from rltap.record.errors import EngineError
 from rltap.record.types import ModelRequest, TokenChunk
-from rltap.session import SessionConfig
+from rltap.session.session import SessionConfig
 from rltap.testing.proxy import TEST_ADMIN_KEY, RunningProxy, start_test_proxy
 
 ProxyFactory = Callable[..., Awaitable[RunningProxy]]

@@ -9,7 +9,7 @@ from typing import Any
 
 import openai
 
-from rltap.proxy import OpenAIProxyClient, interactions_from_export, tree_from_export
+from rltap.client import OpenAIProxyClient, interactions_from_export, tree_from_export
 from rltap.record.pack_io import PACK_ARRAYS
 from rltap.testing.proxy import RunningProxy
 

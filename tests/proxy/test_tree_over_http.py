@@ -22,7 +22,7 @@ from rltap.engines.scripted import ScriptedEngine
 from rltap.proxy.state import ProxyConfig, ProxyLimits
 from rltap.record.tensor_codec import decode_tensors
 from rltap.record.types import ModelRequest, TokenChunk
-from rltap.session import SessionConfig
+from rltap.session.session import SessionConfig
 from rltap.testing.proxy import TEST_ADMIN_KEY, RunningProxy, start_test_proxy
 from rltap.testing.scripts import FINAL_PREFIX, tool_loop
 

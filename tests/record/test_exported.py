@@ -10,7 +10,6 @@ import numpy as np
 import orjson
 import pytest
 
-from rltap.cache import InteractionCache
 from rltap.record.exported import ROW_COLUMNS, TOKEN_COLUMNS, ExportedInteraction, token_columns
 from rltap.record.tensor_codec import decode_array, encode_tensor
 from rltap.record.types import (
@@ -20,6 +19,7 @@ from rltap.record.types import (
     ModelResponse,
     StopReason,
 )
+from rltap.tree.cache import InteractionCache
 
 
 def _conversation() -> InteractionCache:

@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rltap.export import branch_sequence
 from rltap.record.errors import ExportMismatch
 from rltap.record.pack import TreePack, merge_tries, pack_interactions
 from rltap.record.types import (
@@ -19,6 +18,7 @@ from rltap.record.types import (
     Link,
     ModelResponse,
 )
+from rltap.tree.export import branch_sequence
 
 Node = InteractionWithTokenLogpReward
 

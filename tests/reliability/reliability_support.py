@@ -20,7 +20,7 @@ import pytest
 from rltap.chat.streaming import build_output_parser
 from rltap.proxy.state import ProxyConfig, ProxyLimits
 from rltap.record.types import ModelRequest, ModelResponse, StopReason, TokenChunk
-from rltap.session import SessionConfig
+from rltap.session.session import SessionConfig
 from rltap.testing.proxy import TEST_ADMIN_KEY, RunningProxy
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -23,7 +23,7 @@ from rltap.chat.renderer import ChatRenderer
 from rltap.engines.base import InferenceEngine
 from rltap.proxy.state import SessionState, SessionStore
 from rltap.record.errors import AuthenticationError
-from rltap.session import Session
+from rltap.session.session import Session
 from rltap.testing.proxy import RunningProxy
 
 SESSION_ROUTES = [*GENERATION_PATHS, "/chat/completions", "/responses", "/rl/set_reward"]

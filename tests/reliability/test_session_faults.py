@@ -3,7 +3,7 @@ too early, and a proxy that restarts. Each gets the right answer, without a hang
 nothing else.
 
 Covered elsewhere, not repeated here: one agent that raises, and one worker that dies, rejected
-with the pool recovering (tests/workflow/test_openai_proxy_workflow.py); idle sessions reaped and
+with the pool recovering (tests/rollout/test_openai_proxy_workflow.py); idle sessions reaped and
 exportable for the grace period, then forgotten; a session in steady use never reaped; an export
 that waits for the end or answers 409 after its wait (tests/proxy/test_sessions.py).
 """
@@ -23,13 +23,13 @@ from fault_agents import FaultyAgent
 from reliability_support import HOLD, HeldEngine, MakeProxy, assert_error, poll
 
 from rltap.chat.renderer import ChatRenderer
+from rltap.client.proxy import OpenAIProxyClient
 from rltap.proxy.app import create_app
-from rltap.proxy.client import OpenAIProxyClient
 from rltap.proxy.server import ProxyServer
 from rltap.proxy.state import ProxyConfig, ProxyLimits, SessionState
 from rltap.record import errors
+from rltap.rollout.workflow import OpenAIProxyWorkflow, resolve_workflow
 from rltap.testing.proxy import TEST_ADMIN_KEY, RunningProxy
-from rltap.workflow import OpenAIProxyWorkflow, resolve_workflow
 
 AGENTS = f"{Path(__file__).with_name('fault_agents.py')}:FaultyAgent"
 DEADLINE = 60.0  # no episode or request here may take longer: a hang fails the test

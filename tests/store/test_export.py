@@ -11,7 +11,7 @@ import orjson
 import pytest
 from capture_run import Recorded
 
-from rltap.cli import main
+from rltap.cli.commands import main
 
 
 def _export(recorded: Recorded, out: Path, *flags: str) -> Path:

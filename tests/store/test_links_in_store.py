@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from rltap.cache import InteractionCache
 from rltap.record.types import InteractionWithTokenLogpReward, ModelResponse
 from rltap.store.files import export_store
 from rltap.store.rows import INSERT_INTERACTION, interaction_row
 from rltap.store.schema import connect
+from rltap.tree.cache import InteractionCache
 
 SESSION = "session-with-a-managed-agent"
 TASK = "Find the capital city of France and give its name"

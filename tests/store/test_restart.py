@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from capture_run import Recorded
 
-from rltap.proxy import interactions_from_export
+from rltap.client import interactions_from_export
 from rltap.proxy.state import key_digest
 
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from rltap.cache import InteractionCache
 from rltap.record.types import InteractionWithTokenLogpReward, ModelResponse
 from rltap.store import CaptureStore, Retention, StoreInUse, parse_retention
 from rltap.store.retention import prune
+from rltap.tree.cache import InteractionCache
 
 
 def _record(store: CaptureStore, session_id: str, exported: bool) -> None:
@@ -78,7 +78,7 @@ def test_retention_forms(text: str, expected: Retention) -> None:
 
 @pytest.mark.parametrize("text", ["", "soon", "-3", "0d", "1w"])
 def test_a_bad_retention_is_refused_by_rltap_serve(tiny_model_dir: Path, text: str) -> None:
-    from rltap.cli import build_parser
+    from rltap.cli.commands import build_parser
     from rltap.config import ServerConfig, from_namespace
     from rltap.proxy import serve_config
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from rltap.cache import InteractionCache
 from rltap.record.types import InteractionWithTokenLogpReward, ModelResponse
 from rltap.store import CaptureStore
+from rltap.tree.cache import InteractionCache
 
 _CALLS = 50
 

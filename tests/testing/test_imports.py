@@ -13,4 +13,4 @@ def test_the_slim_surface_imports_none_of_the_extras(module: str) -> None:
 
 
 def test_a_module_that_needs_the_server_stack_is_reported_with_its_importer() -> None:
-    assert "llguidance <- rltap.chat.constraints" in optional_imports("rltap.session")
+    assert "llguidance <- rltap.chat.constraints" in optional_imports("rltap.session.session")

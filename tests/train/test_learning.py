@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rltap.cli import main
+from rltap.cli.commands import main
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_toy"
 # Most seeds reach 1.0 by step 5; concurrent episodes make a run's tokens differ in the last bits

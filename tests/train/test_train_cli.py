@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from safetensors.torch import load_file
 
-from rltap.cli import main
+from rltap.cli.commands import main
 from rltap.store.read import StoreReader
 from rltap.train import RunDir
 

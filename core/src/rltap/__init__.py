@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from rltap import _moved
 from rltap._lazy import lazy_getattr
-from rltap.cache import InteractionCache
-from rltap.export import concat_padded_tensors
 from rltap.record.types import (
     InteractionStatus,
     InteractionWithTokenLogpReward,
@@ -24,12 +23,14 @@ from rltap.record.types import (
     TokenChunk,
     TokenSequence,
 )
+from rltap.tree.cache import InteractionCache
+from rltap.tree.export import concat_padded_tensors
 
 if TYPE_CHECKING:
     from rltap.areal.client import ArealOpenAI
-    from rltap.client import DirectOpenAI
-    from rltap.proxy import OpenAIProxyClient
-    from rltap.workflow import (
+    from rltap.client import OpenAIProxyClient
+    from rltap.client.direct import DirectOpenAI
+    from rltap.rollout.workflow import (
         GroupedRolloutWorkflow,
         OpenAIProxyWorkflow,
         RolloutWorkflow,
@@ -59,13 +60,14 @@ __all__ = [
 
 _LAZY = {
     "ArealOpenAI": "rltap.areal.client",
-    "DirectOpenAI": "rltap.client",
-    "OpenAIProxyClient": "rltap.proxy",
-    "GroupedRolloutWorkflow": "rltap.workflow",
-    "OpenAIProxyWorkflow": "rltap.workflow",
-    "RolloutWorkflow": "rltap.workflow",
-    "resolve_workflow": "rltap.workflow",
+    "DirectOpenAI": "rltap.client.direct",
+    "OpenAIProxyClient": "rltap.client.proxy",
+    "GroupedRolloutWorkflow": "rltap.rollout.workflow",
+    "OpenAIProxyWorkflow": "rltap.rollout.workflow",
+    "RolloutWorkflow": "rltap.rollout.workflow",
+    "resolve_workflow": "rltap.rollout.workflow",
 }
 
+_moved.install()
 
 __getattr__ = lazy_getattr("rltap", globals(), _LAZY)

@@ -15,11 +15,11 @@ from areal.experimental.openai.proxy.client_session import OpenAIProxyClient
 
 from rltap.areal import ArealEngine
 from rltap.chat.renderer import ChatRenderer
+from rltap.client.proxy import interactions_from_export
 from rltap.engines.scripted import ScriptedEngine
-from rltap.proxy.client import interactions_from_export
 from rltap.proxy.control import ExportRequest, export_body
 from rltap.proxy.state import ProxyConfig
-from rltap.session import SessionConfig
+from rltap.session.session import SessionConfig
 from rltap.testing.areal_engine import ScriptedArealEngine
 from rltap.testing.proxy import TEST_ADMIN_KEY, start_test_proxy
 from rltap.testing.scripts import echo

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from camel_episodes import EXPECTED, chat_astep, chat_step, score
 
+from rltap.rollout.workflow import OpenAIProxyWorkflow
 from rltap.testing import RunningProxy
-from rltap.workflow import OpenAIProxyWorkflow
 from rltap_camel import CamelAdapter
 
 EPISODES = [pytest.param(chat_step, id="step"), pytest.param(chat_astep, id="astep")]

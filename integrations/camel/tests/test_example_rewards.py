@@ -12,9 +12,9 @@ from types import ModuleType
 
 import pytest
 
-from rltap.rollout_io import load_trajectories
+from rltap.rollout.files import load_trajectories
+from rltap.rollout.workflow import load_object
 from rltap.testing import cached_tiny_model_dir
-from rltap.workflow import load_object
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "camel_roleplay"
 

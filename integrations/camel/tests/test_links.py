@@ -3,7 +3,7 @@
 The role agents' memory window (`message_window_size`) is shorter than the dialogue, so an agent's
 call continues its previous one exactly (`prefix`) only while the window still holds the whole
 dialogue; after that the oldest messages drop out and the call carries its previous reply after a
-trimmed history (`rewrite`, rule 2 of `rltap.links`). The chains start where the other's words
+trimmed history (`rewrite`, rule 2 of `rltap.tree.links`). The chains start where the other's words
 are carried (`carry`, rule 4): the student's first call holds the task the task-specify agent
 wrote (in its system prompt), the tutor's first call the student's first instruction (as a user
 message). Later, each agent's own chain wins (`prefix` comes first), so the tutor's reward flows
@@ -22,8 +22,8 @@ from camel.societies import RolePlaying
 
 from rltap.adapter import Connection
 from rltap.record.types import InteractionWithTokenLogpReward, Link
+from rltap.rollout.workflow import OpenAIProxyWorkflow
 from rltap.testing import RunningProxy
-from rltap.workflow import OpenAIProxyWorkflow
 from rltap_camel import CamelAdapter, ProxyModel, name_agents
 
 ASSISTANT, USER = "Math Tutor", "Student"

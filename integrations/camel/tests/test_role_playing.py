@@ -8,8 +8,8 @@ import pytest
 from camel_episodes import EXPECTED, TASK_SPECIFIER_SYSTEM, role_play, role_play_async, score
 
 from rltap.record.types import InteractionWithTokenLogpReward, Link
+from rltap.rollout.workflow import OpenAIProxyWorkflow
 from rltap.testing import RunningProxy
-from rltap.workflow import OpenAIProxyWorkflow
 from rltap_camel import CamelAdapter
 
 # CAMEL's RolePlaying.astep reads a streamed step's result without awaiting it (0.2.90), so

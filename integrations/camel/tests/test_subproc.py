@@ -5,9 +5,9 @@ from __future__ import annotations
 from camel_episodes import EXPECTED, ScenarioAdapter
 from test_role_playing import TASK, check_role_play
 
+from rltap.rollout.workflow import OpenAIProxyWorkflow
 from rltap.testing import RunningProxy
 from rltap.testing.matrix import shared_agent_pool
-from rltap.workflow import OpenAIProxyWorkflow
 
 
 async def test_episodes_run_in_a_worker_process(proxy: RunningProxy) -> None:

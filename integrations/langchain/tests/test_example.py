@@ -10,8 +10,8 @@ from types import ModuleType
 
 import pytest
 
+from rltap.rollout.workflow import OpenAIProxyWorkflow, load_object, resolve_workflow
 from rltap.testing import RunningProxy
-from rltap.workflow import OpenAIProxyWorkflow, load_object, resolve_workflow
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "langchain_math"
 

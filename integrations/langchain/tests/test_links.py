@@ -1,8 +1,8 @@
 """How a LangChain agent's calls are linked when it rewrites its history or drops its tools.
 
 Real `create_agent` agents through the real proxy (scripted engine), asserting the export's
-link kinds, agent ids and discounted rewards (`rltap.links`, `rltap.rewards`). The reward 1.0 is
-set on the final answer and discounted by 0.9 along every link, with the default mean over a
+link kinds, agent ids and discounted rewards (`rltap.tree.links`, `rltap.tree.rewards`). The reward
+1.0 is set on the final answer and discounted by 0.9 along every link, with the default mean over a
 node's children.
 """
 
@@ -32,10 +32,10 @@ from langgraph.runtime import Runtime
 from lc_builders import QUESTION, TOOL_RESULT, agent_input, calculator
 
 from rltap.adapter import AgentAdapter, Api
-from rltap.links import AGENT_HEADER, agent_from_header
 from rltap.testing import RunningProxy
 from rltap.testing.harness import ProxyFactory
 from rltap.testing.scripts import FINAL_PREFIX
+from rltap.tree.links import AGENT_HEADER, agent_from_header
 from rltap_langchain import LangChainAdapter
 
 # c1..c4 are the agent's calls, s1 and s2 the middleware's summaries: c1 root, c2 prefix of c1,
@@ -229,7 +229,7 @@ async def test_summarized_history_links_as_rewrite_and_summaries_by_what_they_ho
     # s1 is not a continuation of c2: each agent call's credit comes from the agent call that
     # goes on (the rewrite). s2 continues s1, and nothing continues s2: it gets what its anchor
     # (c2, whose tool call s1 answered) goes on with, discounted once more, and s1 gets s2's
-    # discounted (`rltap.rewards`).
+    # discounted (`rltap.tree.rewards`).
     expected = {"c4": 1.0}
     expected["c3"] = DISCOUNT * expected["c4"]  # 0.9
     expected["c2"] = expected["s2"] = DISCOUNT * expected["c3"]  # 0.81

@@ -14,8 +14,8 @@ import pytest
 from lc_builders import QUESTION, build_by_kind, exact_match, input_by_kind
 
 from rltap.adapter import Api
+from rltap.rollout.workflow import OpenAIProxyWorkflow
 from rltap.testing import RunningProxy
-from rltap.workflow import OpenAIProxyWorkflow
 from rltap_langchain import LangChainAdapter
 
 CHAIN_ROW = {"kind": "chain", "question": QUESTION}

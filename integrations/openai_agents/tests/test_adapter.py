@@ -18,8 +18,8 @@ from oa_agents_for_tests import (
 
 from rltap.record import errors
 from rltap.record.types import InteractionWithTokenLogpReward
+from rltap.rollout.workflow import Episode, OpenAIProxyWorkflow
 from rltap.testing import RunningProxy
-from rltap.workflow import Episode, OpenAIProxyWorkflow
 from rltap_openai_agents import OpenAIAgentsAdapter
 
 ROW = {"question": "What is 2+3?", "answer": FINAL_ANSWER}

@@ -1,6 +1,6 @@
 """One episode, one tree: the SDK's multi-agent patterns through the real proxy, each call under
 its agent's name (`X-Rltap-Agent`), linked to the call it came from, credited by the reward of
-the final answer (`rltap.links`, `rltap.rewards`).
+the final answer (`rltap.tree.links`, `rltap.tree.rewards`).
 
 The scripted model plays each agent: it calls an offered tool it has not called yet (the triage
 agent hands a Spanish question to the Spanish agent), answers with the last tool result, or,
@@ -20,9 +20,9 @@ from oa_agents_for_tests import FINAL_ANSWER, calculate
 
 from rltap.adapter import Connection
 from rltap.record.types import InteractionWithTokenLogpReward, Link
+from rltap.rollout.workflow import OpenAIProxyWorkflow
 from rltap.testing import RunningProxy
 from rltap.testing.scripts import FINAL_PREFIX, arguments_for, tool_loop
-from rltap.workflow import OpenAIProxyWorkflow
 from rltap_openai_agents import (
     AgentFactory,
     OpenAIAgentsAdapter,

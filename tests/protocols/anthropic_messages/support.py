@@ -16,7 +16,9 @@ import orjson
 import pytest
 from anthropic.types import Message, UserMessageParam
 
-from rltap.generation import (
+from rltap.protocols.anthropic_messages import ID_PREFIX, StreamEncoder, parse_request
+from rltap.protocols.sse import SSEEvent
+from rltap.record.generation import (
     CanonicalRequest,
     FinishReason,
     Generation,
@@ -25,7 +27,6 @@ from rltap.generation import (
     GenerationStart,
     StreamEvent,
 )
-from rltap.protocols.anthropic_messages import ID_PREFIX, StreamEncoder, parse_request
 from rltap.record.parsed import (
     ContentDelta,
     Delta,
@@ -36,7 +37,6 @@ from rltap.record.parsed import (
     ToolCallStartDelta,
 )
 from rltap.record.types import ModelResponse, StopReason
-from rltap.sse import SSEEvent
 
 from ..wire import assistant_message, encode_stream
 

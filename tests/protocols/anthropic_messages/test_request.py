@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from anthropic.types import Message
 
-from rltap.canonical import canonical_message
-from rltap.generation import CanonicalRequest, Generation, UnsupportedContent
 from rltap.protocols import anthropic_messages
 from rltap.protocols.anthropic_messages import ID_PREFIX, build_response, parse_request
 from rltap.record.errors import InvalidRequest
+from rltap.record.generation import CanonicalRequest, Generation, UnsupportedContent
+from rltap.tree.canonical import canonical_message
 
 from ..wire import sse_bytes
 from .support import (

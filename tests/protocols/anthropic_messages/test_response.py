@@ -7,7 +7,6 @@ import orjson
 import pytest
 from anthropic.types import ErrorResponse, Message
 
-from rltap.generation import FinishReason, Generation
 from rltap.protocols.anthropic_messages import build_response, error_body, parse_request
 from rltap.record.errors import (
     AuthenticationError,
@@ -24,6 +23,7 @@ from rltap.record.errors import (
     RltapError,
     SessionGone,
 )
+from rltap.record.generation import FinishReason, Generation
 
 from .support import GENERATIONS, USER, body, make_generation, request_for, sdk_client
 

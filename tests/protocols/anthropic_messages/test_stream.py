@@ -10,12 +10,12 @@ import pytest
 from anthropic.types import Message, RawMessageStreamEvent
 from pydantic import TypeAdapter
 
-from rltap.canonical import canonical_message
-from rltap.generation import Generation, GenerationDelta, GenerationEnd, GenerationStart
 from rltap.protocols.anthropic_messages import StreamEncoder, build_response, parse_request
+from rltap.protocols.sse import SSEEvent
 from rltap.record.errors import EngineUnavailable
+from rltap.record.generation import Generation, GenerationDelta, GenerationEnd, GenerationStart
 from rltap.record.parsed import ContentDelta, Delta, ToolCallArgumentsDelta, ToolCallStartDelta
-from rltap.sse import SSEEvent
+from rltap.tree.canonical import canonical_message
 
 from ..wire import sse_bytes
 from .support import (

@@ -15,7 +15,9 @@ import httpx2
 import openai
 import pytest
 
-from rltap.generation import (
+from rltap.protocols import openai_chat as proto
+from rltap.protocols.sse import SSEEvent
+from rltap.record.generation import (
     CanonicalRequest,
     FinishReason,
     Generation,
@@ -24,7 +26,6 @@ from rltap.generation import (
     GenerationStart,
     StreamEvent,
 )
-from rltap.protocols import openai_chat as proto
 from rltap.record.parsed import (
     ContentDelta,
     Delta,
@@ -34,7 +35,6 @@ from rltap.record.parsed import (
     fold_deltas,
 )
 from rltap.record.types import ModelResponse, StopReason
-from rltap.sse import SSEEvent
 
 from ..wire import encode_stream
 

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from openai.types.chat import ChatCompletion
 
-from rltap.canonical import canonical_message
-from rltap.generation import UnsupportedContent
 from rltap.protocols import openai_chat as proto
 from rltap.record.errors import InvalidRequest
+from rltap.record.generation import UnsupportedContent
+from rltap.tree.canonical import canonical_message
 
 from .support import SCENARIOS, USER, Scenario, generation_of, request
 

@@ -13,9 +13,10 @@ from hypothesis import strategies as st
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from rltap.generation import StreamEvent
 from rltap.protocols import openai_chat as proto
+from rltap.protocols.sse import SSEEvent
 from rltap.record.errors import EngineError
+from rltap.record.generation import StreamEvent
 from rltap.record.parsed import (
     ContentDelta,
     Delta,
@@ -23,7 +24,6 @@ from rltap.record.parsed import (
     ToolCallArgumentsDelta,
     ToolCallStartDelta,
 )
-from rltap.sse import SSEEvent
 
 from ..wire import sse_bytes
 from .support import (

@@ -13,7 +13,9 @@ import httpx2
 import openai
 import pytest
 
-from rltap.generation import (
+from rltap.protocols import openai_responses as proto
+from rltap.protocols.sse import SSEEvent
+from rltap.record.generation import (
     CanonicalRequest,
     FinishReason,
     Generation,
@@ -22,7 +24,6 @@ from rltap.generation import (
     GenerationStart,
     StreamEvent,
 )
-from rltap.protocols import openai_responses as proto
 from rltap.record.parsed import (
     ContentDelta,
     Delta,
@@ -33,7 +34,6 @@ from rltap.record.parsed import (
     ToolCallStartDelta,
 )
 from rltap.record.types import ModelResponse, StopReason
-from rltap.sse import SSEEvent
 
 from ..wire import assistant_message, encode_stream
 

@@ -9,9 +9,9 @@ import openai
 import pytest
 from openai.types.responses import Response
 
-from rltap.generation import FinishReason
 from rltap.protocols import openai_responses as proto
 from rltap.record.errors import CapacityExhausted, EngineError, InvalidRequest, RltapError
+from rltap.record.generation import FinishReason
 
 from .support import CASE_PARAMS, CASES, make_generation, request_for, sdk_client
 

@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
-from rltap.canonical import canonical_message
-from rltap.generation import GenerationDelta, GenerationEnd, GenerationStart, StreamEvent
 from rltap.protocols import openai_responses as proto
+from rltap.protocols.sse import SSEEvent
 from rltap.record.errors import CapacityExhausted, EngineError
+from rltap.record.generation import GenerationDelta, GenerationEnd, GenerationStart, StreamEvent
 from rltap.record.parsed import (
     ContentDelta,
     Delta,
@@ -24,7 +24,7 @@ from rltap.record.parsed import (
     ToolCallArgumentsDelta,
     ToolCallStartDelta,
 )
-from rltap.sse import SSEEvent
+from rltap.tree.canonical import canonical_message
 
 from ..wire import sse_bytes
 from .support import (

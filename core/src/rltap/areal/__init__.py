@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from rltap.areal.client import ArealOpenAI
     from rltap.areal.engine import ArealEngine
     from rltap.areal.proxy import OpenAIProxyClient, OpenAIProxyWorkflow
-    from rltap.workflow import RolloutWorkflow
+    from rltap.rollout.workflow import RolloutWorkflow
 
 __all__ = [
     "ArealEngine",
@@ -43,7 +43,7 @@ _LAZY = {
     "ArealOpenAI": "rltap.areal.client",
     "OpenAIProxyClient": "rltap.areal.proxy",
     "OpenAIProxyWorkflow": "rltap.areal.proxy",
-    "RolloutWorkflow": "rltap.workflow",
+    "RolloutWorkflow": "rltap.rollout.workflow",
 }
 
 __getattr__ = lazy_getattr("rltap.areal", globals(), _LAZY)

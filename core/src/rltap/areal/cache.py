@@ -34,11 +34,11 @@ from typing import Any
 import numpy as np
 
 from rltap.areal.io_struct import to_rltap_response
-from rltap.cache import InteractionCache as TreeCache
-from rltap.export import branch_sequence, concat_leaves
 from rltap.record.errors import ExportMismatch, InvalidRequest
 from rltap.record.types import InteractionStatus, InteractionWithTokenLogpReward, TokenSequence
 from rltap.record.types import ModelResponse as RltapResponse
+from rltap.tree.cache import InteractionCache as TreeCache
+from rltap.tree.export import branch_sequence, concat_leaves
 
 __all__ = ["InteractionCache"]
 

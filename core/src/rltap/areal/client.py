@@ -31,10 +31,10 @@ from rltap.areal.engine import as_rltap_engine
 from rltap.areal.io_struct import to_rltap_response
 from rltap.areal.streaming import areal_chunks, areal_stream_options
 from rltap.chat.renderer import ChatRenderer, ParentTokens, RenderMode
-from rltap.client import RLTAP_ERROR, DirectOpenAI
+from rltap.client.direct import RLTAP_ERROR, DirectOpenAI
 from rltap.record.errors import RltapError
 from rltap.record.types import InteractionWithTokenLogpReward
-from rltap.session import Session
+from rltap.session.session import Session
 
 __all__ = ["ArealOpenAI", "concat_prompt_token_ids_with_parent"]
 

@@ -64,7 +64,7 @@ from rltap.record.types import Constraint
 
 if TYPE_CHECKING:
     from rltap.chat.renderer import ChatRenderer
-    from rltap.generation import CanonicalRequest
+    from rltap.record.generation import CanonicalRequest
 
 __all__ = [
     "CALL_JSON",

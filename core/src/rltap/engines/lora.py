@@ -6,7 +6,7 @@ resolved `LoraConfig` and only its `lora_` tensors), None for any other model, a
 `adapter_folder(model, folder, version)` the `WeightFolder` a server engine loads it from
 (`folder/adapter-v<version>/`, peft's `save_pretrained`: a folder per version, as a server may
 read an adapter again while its requests run; the ones older than `ADAPTER_FOLDERS_KEPT`
-versions are removed), so the weight sync (`rltap.train.sync`, `rltap.distributed.weights`)
+versions are removed), so the weight sync (`rltap.train.sync`, `rltap.rollout.ray.weights`)
 moves the adapter alone.
 
 The embedded engines' side (`rltap.engines._hf`): `weight_loader(source)` is how an engine

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from rltap.generation import UnsupportedContent
 from rltap.protocols._validation import format_param
+from rltap.record.generation import UnsupportedContent
 
 __all__ = ["TEXT_PART_TYPES", "is_supported_part", "take_unsupported_parts"]
 

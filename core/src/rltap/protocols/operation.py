@@ -6,7 +6,7 @@ count). Each such route is an `Operation` in its `ApiSpec.operations`: method, p
 the pydantic models of its body and query, and a handler that works on the caller's session
 (`SessionPort`: what `rltap.session.Session` offers). Nothing here knows HTTP frameworks: the
 proxy mounts every operation of every spec as a route (`rltap.proxy.operations`) and the
-direct client answers them in process (`rltap.client.DirectTransport`), both through `run`,
+direct client answers them in process (`rltap.client.direct.DirectTransport`), both through `run`,
 so a body is validated and an error raised the same way in both.
 """
 
@@ -19,8 +19,8 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel
 
-from rltap.generation import CanonicalRequest, Generation
 from rltap.protocols._validation import validate_model
+from rltap.record.generation import CanonicalRequest, Generation
 from rltap.record.types import InteractionWithTokenLogpReward
 
 __all__ = ["InteractionLookup", "OnDone", "Operation", "OperationCall", "SessionPort"]
@@ -31,7 +31,7 @@ _PARAM = re.compile(r"\{(\w+)\}")
 
 
 class InteractionLookup(Protocol):
-    """A session's recorded interactions by id (`rltap.cache.InteractionCache`)."""
+    """A session's recorded interactions by id (`rltap.tree.cache.InteractionCache`)."""
 
     def get(self, interaction_id: str) -> InteractionWithTokenLogpReward | None: ...
 

@@ -13,12 +13,12 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from rltap.generation import CanonicalRequest, Generation, StreamEvent
 from rltap.protocols._validation import validate_model
 from rltap.protocols.operation import OnDone, Operation, SessionPort
+from rltap.protocols.sse import SSEEvent
 from rltap.record.errors import RltapError
+from rltap.record.generation import CanonicalRequest, Generation, StreamEvent
 from rltap.record.ids import random_hex
-from rltap.sse import SSEEvent
 
 __all__ = ["ApiSpec", "StreamEncoder"]
 

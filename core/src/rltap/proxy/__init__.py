@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING
 from rltap._lazy import lazy_getattr
 
 if TYPE_CHECKING:
-    from rltap.proxy.app import create_app
-    from rltap.proxy.client import (
+    from rltap.client.proxy import (
         OpenAIProxyClient,
         Reply,
         interactions_from_export,
         tree_from_export,
     )
+    from rltap.proxy.app import create_app
     from rltap.proxy.errors import install_error_handlers
     from rltap.proxy.server import ProxyServer, ServeSetup, run_serve, serve_config
     from rltap.proxy.state import ProxyConfig, ProxyLimits, ProxyState
@@ -42,19 +42,19 @@ __all__ = [
 ]
 
 _LAZY = {
-    "OpenAIProxyClient": "rltap.proxy.client",
+    "OpenAIProxyClient": "rltap.client.proxy",
     "ProxyConfig": "rltap.proxy.state",
     "ProxyLimits": "rltap.proxy.state",
     "ProxyServer": "rltap.proxy.server",
     "ProxyState": "rltap.proxy.state",
-    "Reply": "rltap.proxy.client",
+    "Reply": "rltap.client.proxy",
     "ServeSetup": "rltap.proxy.server",
     "create_app": "rltap.proxy.app",
     "install_error_handlers": "rltap.proxy.errors",
-    "interactions_from_export": "rltap.proxy.client",
+    "interactions_from_export": "rltap.client.proxy",
     "run_serve": "rltap.proxy.server",
     "serve_config": "rltap.proxy.server",
-    "tree_from_export": "rltap.proxy.client",
+    "tree_from_export": "rltap.client.proxy",
 }
 
 __getattr__ = lazy_getattr("rltap.proxy", globals(), _LAZY)

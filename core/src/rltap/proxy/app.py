@@ -19,7 +19,6 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 
-from rltap.cache import InteractionCache
 from rltap.chat.renderer import ChatRenderer
 from rltap.engines.base import InferenceEngine
 from rltap.proxy import control, generation, operations
@@ -27,8 +26,9 @@ from rltap.proxy.errors import install_error_handlers
 from rltap.proxy.metrics import ProxyMetrics
 from rltap.proxy.middleware import BodyLimitMiddleware, MetricsMiddleware
 from rltap.proxy.state import ProxyConfig, ProxyState, SessionStore
-from rltap.session import Session
+from rltap.session.session import Session
 from rltap.store.capture import CaptureStore
+from rltap.tree.cache import InteractionCache
 
 if TYPE_CHECKING:
     from rltap.store.capture import CaptureStore

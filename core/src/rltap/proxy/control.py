@@ -20,7 +20,7 @@ and adds `"tree"`: the session's one token trie (`rltap.record.pack`), as `rltap
 [{"interaction_id", "reward", "path"}]}`.
 `not_exported` lists the in-flight, failed and aborted interactions with their status and error.
 `discount_mode` defaults to `"chain"` (AReaL's insertion-order numbers) in the areal format and to
-`"tree"` in rltap's (`rltap.rewards`).
+`"tree"` in rltap's (`rltap.tree.rewards`).
 
 `POST /rl/end_session` answers `{"session_id", "state", "interaction_count", "message":
 "success"}`; `interaction_count` counts every call the session recorded, in flight included (as
@@ -38,7 +38,6 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from rltap.export import ExportStyle, export_tree
 from rltap.proxy.requests import request_key
 from rltap.proxy.routing import (
     AdminRoute,
@@ -55,8 +54,9 @@ from rltap.record.pack_io import encode_pack
 from rltap.record.sampling import MAX_SEED, EpisodeSampling
 from rltap.record.tensor_codec import TensorEnvelope, encode_tensors
 from rltap.record.types import InteractionStatus, InteractionWithTokenLogpReward
-from rltap.rewards import Aggregate, DiscountMode, check_link_factors, check_reward
-from rltap.session import Session
+from rltap.session.session import Session
+from rltap.tree.export import ExportStyle, export_tree
+from rltap.tree.rewards import Aggregate, DiscountMode, check_link_factors, check_reward
 
 __all__ = [
     "ROUTERS",
@@ -124,7 +124,8 @@ class ExportRequest(BaseModel):
     style: ExportStyle = "individual"
     aggregate: Aggregate = "mean"
     # The share of a child's discounted reward its parent gets, by the child's link kind
-    # ("prefix", "rewrite", "handoff", "subagent", "carry"; 1.0 each unless given; `rltap.rewards`).
+    # ("prefix", "rewrite", "handoff", "subagent", "carry"; 1.0 each unless given;
+    # `rltap.tree.rewards`).
     link_factors: dict[str, float] | None = None
     # Only these agents' interactions (concat: sequences); rewards discounted over all first.
     agents: list[str] | None = Field(default=None, min_length=1)

@@ -1,7 +1,7 @@
 """The generation routes: one POST route per path of every registered wire API.
 
 Each API's routes come from its spec (`rltap.protocols.SPECS`): the paths, the pydantic body
-model, the conversion to a canonical request. The exchange (`rltap.exchange`) generates the
+model, the conversion to a canonical request. The exchange (`rltap.session.exchange`) generates the
 reply; a JSON body comes back as one response, a stream as server-sent events, which stop (and
 abort the engine request) when the client disconnects.
 
@@ -26,9 +26,6 @@ from fastapi.responses import StreamingResponse
 from fastapi.routing import APIRoute
 from pydantic import BaseModel
 
-from rltap import exchange
-from rltap.generation import Generation
-from rltap.json_body import parse_json
 from rltap.protocols import SPECS, ApiSpec
 from rltap.proxy.metrics import ProxyMetrics
 from rltap.proxy.middleware import STARTED
@@ -36,6 +33,9 @@ from rltap.proxy.operations import documented_endpoint
 from rltap.proxy.requests import request_agent
 from rltap.proxy.routing import json_response, proxy_state, session_of
 from rltap.proxy.state import SessionRecord
+from rltap.record.generation import Generation
+from rltap.session import exchange
+from rltap.session.json_body import parse_json
 
 __all__ = ["DOCUMENTED", "ENDPOINTS"]
 

@@ -22,10 +22,10 @@ from fastapi import Body, Path, Query, Request, Response
 from fastapi.routing import APIRoute
 from pydantic import BaseModel
 
-from rltap.json_body import parse_json
 from rltap.protocols import SPECS, Operation
 from rltap.proxy.requests import request_agent
 from rltap.proxy.routing import json_response, proxy_state, session_of
+from rltap.session.json_body import parse_json
 
 __all__ = ["DOCUMENTED", "ENDPOINTS", "documented_endpoint"]
 

@@ -6,8 +6,8 @@ from collections.abc import Iterable
 
 from fastapi import Request
 
-from rltap.links import AGENT_HEADER, agent_from_header
 from rltap.record.errors import PayloadTooLarge
+from rltap.tree.links import AGENT_HEADER, agent_from_header
 
 __all__ = ["body_over_limit", "declared_over_limit", "request_agent", "request_key"]
 

@@ -23,9 +23,9 @@ from fastapi import Request, Response
 from fastapi.routing import APIRoute
 from starlette.datastructures import MutableHeaders
 
-from rltap.json_body import parse_json
 from rltap.proxy.requests import request_key
 from rltap.proxy.state import ProxyState, SessionRecord
+from rltap.session.json_body import parse_json
 
 __all__ = [
     "AdminRoute",

@@ -21,7 +21,7 @@ from rltap.engines.base import InferenceEngine
 from rltap.engines.factory import create_engine
 from rltap.proxy.app import create_app
 from rltap.proxy.state import ProxyConfig, ProxyLimits
-from rltap.session import SessionConfig
+from rltap.session.session import SessionConfig
 from rltap.store.capture import StoreInUse
 from rltap.store.retention import parse_retention
 

@@ -43,7 +43,7 @@ from rltap.record.errors import (
 from rltap.record.ids import random_hex
 from rltap.record.sampling import EpisodeSampling
 from rltap.record.tensor_codec import TensorEnvelope
-from rltap.session import Session, SessionConfig
+from rltap.session.session import Session, SessionConfig
 
 if TYPE_CHECKING:
     from rltap.store.capture import CaptureStore

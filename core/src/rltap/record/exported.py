@@ -5,7 +5,7 @@ formats that carry it:
 
 - the wire (`/export_trajectories`): `to_json()` plus the call's tensors
   (`rltap.record.tensor_codec`), read back by `from_json` and `rebuild`
-  (`rltap.proxy.client.interactions_from_export`);
+  (`rltap.client.proxy.interactions_from_export`);
 - `rltap rollout`'s `trajectories.jsonl`: a line is the row's place (`row`, `group`, `episode`,
   `session`), `to_json()` and `token_columns(sequence)`;
 - `rltap export` (JSONL and Parquet): the session's columns, `to_row()` (the message lists as JSON
@@ -45,7 +45,7 @@ __all__ = [
     "token_columns",
 ]
 
-# The export styles (`rltap.export` says what each holds).
+# The export styles (`rltap.tree.export` says what each holds).
 ExportStyle = Literal["individual", "concat", "tree"]
 
 # How a column is stored in a table (Parquet): `json` columns are JSON text there.

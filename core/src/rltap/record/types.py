@@ -63,7 +63,7 @@ class LogprobConvention(enum.StrEnum):
 
 
 class Link(enum.StrEnum):
-    """How an interaction continues its parent (`rltap.links` says how it is decided)."""
+    """How an interaction continues its parent (`rltap.tree.links` says how it is decided)."""
 
     ROOT = "root"  # continues nothing in the session
     PREFIX = "prefix"  # the parent's messages and reply, then more: its tokens continue too
@@ -255,7 +255,7 @@ class InteractionWithTokenLogpReward:
     `reward` is the reward assigned to this call itself. Exports hand out copies whose `reward`
     is the discounted value, so the cache is never mutated by an export and a retry gives the
     same result. `parent` is the interaction this call continues and `link` how (see
-    `rltap.links`); `agent_id` names the agent that made it.
+    `rltap.tree.links`); `agent_id` names the agent that made it.
     """
 
     model_response: ModelResponse | None = None

@@ -254,7 +254,7 @@ class CaptureStore:
 
 
 class SessionJournal:
-    """One session's `rltap.cache.CacheJournal`: its finished calls and rewards to the store."""
+    """One session's `rltap.tree.CacheJournal`: its finished calls and rewards to the store."""
 
     def __init__(self, store: CaptureStore, session_id: str) -> None:
         self.store = store

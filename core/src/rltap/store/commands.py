@@ -1,5 +1,5 @@
 """The store's subcommands: `rltap export SOURCE` and `rltap inspect SOURCE` (registered by
-`rltap.cli`; `rltap view` is `rltap.view.commands`)."""
+`rltap.cli.commands`; `rltap view` is `rltap.view.commands`)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from typing import Any, get_args
 
 from rich.console import Console
 
-from rltap.export import ExportStyle
 from rltap.store.files import FILE_FORMATS, export_store
 from rltap.store.read import StoreReader
 from rltap.store.summary import summary_table
+from rltap.tree.export import ExportStyle
 
 __all__ = ["add_export_command", "add_inspect_command"]
 

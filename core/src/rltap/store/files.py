@@ -1,4 +1,4 @@
-"""`rltap export`: a store's sessions as training files, in the export styles of `rltap.export`.
+"""`rltap export`: a store's sessions as training files, in the styles of `rltap.tree.export`.
 
 Every session's restored cache exports as a live one would (`InteractionCache.export_interactions`
 or `export_tree`, rewards discounted along its tree); the files hold what comes out:
@@ -25,12 +25,12 @@ from typing import Any, Literal, get_args
 
 import orjson
 
-from rltap.export import ExportStyle, padded_batch
 from rltap.record.exported import ExportedInteraction, token_columns
 from rltap.record.pack_io import pack_arrays, save_packs
 from rltap.store.parquet import write_parquet
 from rltap.store.read import StoreReader
 from rltap.store.rows import StoredSession
+from rltap.tree.export import ExportStyle, padded_batch
 
 __all__ = ["FILE_FORMATS", "ExportedFile", "FileFormat", "export_rows", "export_store"]
 

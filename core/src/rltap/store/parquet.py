@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rltap._lazy import require_module
-from rltap.export import ExportStyle
 from rltap.record.exported import ROW_COLUMNS, ColumnKind
 from rltap.record.pack_io import PACK_ARRAYS
+from rltap.tree.export import ExportStyle
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -14,8 +14,6 @@ from typing import Any
 
 import orjson
 
-from rltap.cache import InteractionCache
-from rltap.canonical import tools_context
 from rltap.record.types import (
     InteractionStatus,
     InteractionWithTokenLogpReward,
@@ -25,6 +23,8 @@ from rltap.record.types import (
     StopReason,
 )
 from rltap.store.codec import float_blob, floats, int_blob, ints
+from rltap.tree.cache import InteractionCache
+from rltap.tree.canonical import tools_context
 
 __all__ = [
     "COLUMNS",

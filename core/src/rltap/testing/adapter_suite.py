@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 import httpx
 import pytest
 
-from rltap.proxy import OpenAIProxyClient
+from rltap.client import OpenAIProxyClient
 from rltap.record.errors import EngineError
 from rltap.testing.harness import check_episode, scripted_proxy
 from rltap.testing.imports import optional_imports

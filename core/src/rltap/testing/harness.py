@@ -19,13 +19,13 @@ from typing import Any
 from rltap.chat.renderer import ChatRenderer
 from rltap.chat.streaming import build_output_parser
 from rltap.engines.base import InferenceEngine
-from rltap.export import branch_sequence
 from rltap.proxy import ProxyConfig, ProxyLimits
 from rltap.record.types import InteractionWithTokenLogpReward
-from rltap.session import SessionConfig
+from rltap.session.session import SessionConfig
 from rltap.testing.models import cached_tiny_model_dir
 from rltap.testing.proxy import TEST_ADMIN_KEY, RunningProxy, start_test_proxy
 from rltap.testing.scripts import tool_loop
+from rltap.tree.export import branch_sequence
 
 __all__ = [
     "FIDELITY_TOLERANCE",

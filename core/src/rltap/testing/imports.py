@@ -19,7 +19,13 @@ __all__ = ["SLIM_SURFACE", "optional_imports"]
 
 # What a framework adapter, a workflow and the proxy's client import from rltap: the modules the
 # slim install (`pip install rltap`, no extras) must import.
-SLIM_SURFACE = ("rltap", "rltap.adapter", "rltap.links", "rltap.proxy.client", "rltap.workflow")
+SLIM_SURFACE = (
+    "rltap",
+    "rltap.adapter",
+    "rltap.tree.links",
+    "rltap.client.proxy",
+    "rltap.rollout.workflow",
+)
 
 # Runs in the child: a finder that looks at each first import of an optional top-level module
 # and records the module whose code asked for it (the first frame outside the import system).

@@ -42,12 +42,12 @@ from typing import Any, ClassVar
 import orjson
 import pytest
 
-from rltap.subproc import AgentPool
+from rltap.rollout.subproc import AgentPool
+from rltap.rollout.workflow import OpenAIProxyWorkflow
 from rltap.testing.harness import EpisodeCheckError, check_episode, embedded_proxy, scripted_proxy
 from rltap.testing.proxy import RunningProxy
 from rltap.testing.scripts import FINAL_PREFIX
 from rltap.testing.structured import FORECAST_QUESTION
-from rltap.workflow import OpenAIProxyWorkflow
 
 __all__ = [
     "MULTI_AGENT",

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rltap.distributed.cluster import actor_store
-from rltap.rollout_io import SUMMARY, load_trajectories
+from rltap.rollout.files import SUMMARY, load_trajectories
+from rltap.rollout.ray.cluster import actor_store
 from rltap.store.read import StoreReader
 from rltap.store.schema import STORE_FILE
 from rltap.testing.models import cached_tiny_model_dir

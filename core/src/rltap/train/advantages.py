@@ -1,7 +1,7 @@
 """Advantages per generated token, and which tokens are too stale to train on.
 
 A pack's `rewards[i]` is the reward of the interaction that generated token i, already
-discounted along the conversation tree when the pack was exported (`rltap.rewards`: a turn's
+discounted along the conversation tree when the pack was exported (`rltap.tree.rewards`: a turn's
 reward includes its descendants', by link kind). Each generated segment (one interaction's
 output) gets one advantage, written into the pack's `advantages` slot for all its tokens:
 

@@ -11,7 +11,7 @@ version k - 1 into version k):
 3. sync: the new weights into the engine (`rltap.train.sync.weight_sync`), which stamps
    version k on every token it generates from then on;
 4. evaluate, with `--eval-data`: every `--eval-every` steps and at the last, the held-out rows
-   on the new weights (`rltap.evaluate`; greedy unless `--eval-temperature`) into
+   on the new weights (`rltap.rollout.evaluate`; greedy unless `--eval-temperature`) into
    `RUN/eval/step-k/`, as `eval_reward`, `eval_reward_std` and `eval_pass_at_1`; also before
    step 1, as step 0's line;
 5. record: the step's metrics (`metrics.jsonl`, TensorBoard, `reward.png`) and, every
@@ -47,14 +47,14 @@ from rich.progress import Progress
 from rich.table import Table
 
 from rltap.config import TrainConfig
-from rltap.distributed import ray_training
-from rltap.evaluate import score_rows
-from rltap.progress import progress_display
 from rltap.record.pack import TreePack
 from rltap.record.pack_io import load_packs
 from rltap.record.sampling import EpisodeSampling, derive_seed
-from rltap.rollout import BATCH, RolloutSummary, load_rows, run_rollout
-from rltap.rollout_io import load_trajectories
+from rltap.rollout.evaluate import score_rows
+from rltap.rollout.files import load_trajectories
+from rltap.rollout.progress import progress_display
+from rltap.rollout.ray import ray_training
+from rltap.rollout.runner import BATCH, RolloutSummary, load_rows, run_rollout
 from rltap.train.config import train_settings
 from rltap.train.lora import LoraMismatch, is_adapter_folder, lora_model
 from rltap.train.memory import trim_heap
@@ -149,7 +149,8 @@ class _Loop:
         return step % self.evaluation.eval_every == 0 or step == self.loop.steps
 
     async def evaluate(self, step: int, workflow: Any, progress: Progress) -> dict[str, float]:
-        """The held-out rows on the current weights (`rltap.evaluate`), into `RUN/eval/step-N/`.
+        """The held-out rows on the current weights (`rltap.rollout.evaluate`), into
+        `RUN/eval/step-N/`.
         Every evaluation samples with the same seeds, so their differences are the weights'."""
         assert self.eval_rows is not None
         started = time.monotonic()
@@ -296,7 +297,7 @@ async def _serving(
     config: TrainConfig, loop: _Loop, resumed: bool, tokenizer: Any
 ) -> AsyncIterator[tuple[Any, WeightSync]]:
     """Where the run's episodes go (this process's proxy and engine, or with `--ray` the rollout
-    actors of `rltap.distributed`, style tree either way) and the weight sync to it; the local
+    actors of `rltap.rollout.ray`, style tree either way) and the weight sync to it; the local
     proxy renders with the run's `tokenizer` (the checkpoints' too)."""
     serving: contextlib.AbstractAsyncContextManager[tuple[Any, WeightSync]]
     if config.ray.ray is not None:

@@ -14,7 +14,7 @@ Layout:
   only these is the evaluation before the first update.
 - `reward.png`: `reward_mean` per step with a `reward_std` band, and `eval_reward` when logged.
 - `rollouts/step-N/`: what step N's rollouts wrote; `eval/step-N/`: the held-out evaluation
-  after update N (`rltap.evaluate`'s files); `sync/`: weights on their way to an engine.
+  after update N (`rltap.rollout.evaluate`'s files); `sync/`: weights on their way to an engine.
 - `step-N/`: the checkpoint after update N, a Hugging Face model folder (`from_pretrained` loads
   it) with the tokenizer, `optimizer.pt` (the optimizer's `state_dict`) and `run_state.json` (the
   loop's own state). A LoRA run's (`--lora-rank`) holds peft's adapter folder instead of the

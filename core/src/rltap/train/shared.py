@@ -26,10 +26,10 @@ from rltap.config import RolloutConfig, TrainConfig
 from rltap.config.serve import EngineConfig
 from rltap.engines.lora import is_peft_model
 from rltap.engines.transformers import TransformersEngine
-from rltap.serving import Serving, local_workflow
+from rltap.rollout.serving import Serving, local_workflow
+from rltap.rollout.workflow import OpenAIProxyWorkflow
 from rltap.store.schema import STORE_FILE
 from rltap.train.sync import WeightSync, weight_sync
-from rltap.workflow import OpenAIProxyWorkflow
 
 __all__ = [
     "Hold",

@@ -1,4 +1,4 @@
-"""`rltap view SOURCE`: the trajectory viewer on a local port (registered by `rltap.cli`)."""
+"""`rltap view SOURCE`: the trajectory viewer on a local port (a command of `rltap.cli`)."""
 
 from __future__ import annotations
 

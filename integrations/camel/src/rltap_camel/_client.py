@@ -21,7 +21,7 @@ from camel.models import OpenAICompatibleModel
 from camel.utils import BaseTokenCounter
 
 from rltap.adapter import Connection
-from rltap.links import AGENT_HEADER, agent_header_value
+from rltap.tree.links import AGENT_HEADER, agent_header_value
 from rltap_camel._tokens import ByteTokenCounter
 
 __all__ = ["DEFAULT_CONTEXT_WINDOW", "ProxyModel"]
@@ -173,7 +173,8 @@ class ProxyModel(OpenAICompatibleModel):
 
         The proxy records `name` as the agent id of every call it makes, so an export can keep
         one agent's calls (`agents=[name]`). Any text is a name (what a header cannot carry is
-        percent-encoded, `rltap.links.agent_header_value`); a `ValueError` for a blank one or one
+        percent-encoded, `rltap.tree.links.agent_header_value`); a
+        `ValueError` for a blank one or one
         over 256 characters.
         """
         value = agent_header_value(name)

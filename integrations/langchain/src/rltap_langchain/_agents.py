@@ -5,8 +5,8 @@ inside that agent, model calls included; middleware marks the model calls it mak
 `lc_source` (`"summarization"` for `SummarizationMiddleware`). A call inside a named agent is
 sent as that agent (`researcher`); a middleware's call inside it as `researcher/<lc_source>`, a
 helper of its own and not the agent's turn (so a summary made while a tool call is open links
-as a `subagent`, see `rltap.links`). A call outside any named agent sends no header, and the proxy
-derives the agent from the system prompt and tools.
+as a `subagent`, see `rltap.tree.links`). A call outside any named agent sends no header, and the
+proxy derives the agent from the system prompt and tools.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from langchain_core.messages import AIMessage, AIMessageChunk
 from langchain_core.runnables import RunnableConfig, ensure_config
 from langchain_openai import ChatOpenAI
 
-from rltap.links import AGENT_HEADER, agent_header_value, names_agent
+from rltap.tree.links import AGENT_HEADER, agent_header_value, names_agent
 
 __all__ = ["AgentNamedChatOpenAI", "agent_name"]
 

@@ -1,5 +1,5 @@
 """Naming the agent behind every model call: `X-Rltap-Agent: <Agent.name>`, so the proxy records
-each call under the agent that made it (`rltap.links`), and exports can keep some agents only.
+each call under the agent that made it (`rltap.tree.links`), and exports can keep some agents only.
 
 The SDK tells the model nothing about the agent that calls it. What does see the agent right
 before each model call, of the starting agent, of handoff targets and of agents run as tools
@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
-from rltap.links import AGENT_HEADER, agent_header_value, names_agent
+from rltap.tree.links import AGENT_HEADER, agent_header_value, names_agent
 
 if TYPE_CHECKING:
     from agents import ModelSettings

@@ -21,8 +21,8 @@ from typing import Any
 
 import aiohttp
 
-from rltap.proxy import OpenAIProxyClient as RltapProxyClient
-from rltap.proxy import Reply
+from rltap.client import OpenAIProxyClient as RltapProxyClient
+from rltap.client import Reply
 from rltap.record.types import InteractionWithTokenLogpReward
 
 __all__ = ["OpenAIProxyClient"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from rltap.workflow import OpenAIProxyWorkflow as RltapProxyWorkflow
+from rltap.rollout.workflow import OpenAIProxyWorkflow as RltapProxyWorkflow
 
 __all__ = ["DEFAULT_ADMIN_API_KEY", "OpenAIProxyWorkflow"]
 

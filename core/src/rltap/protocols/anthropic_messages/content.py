@@ -12,8 +12,8 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Discriminator, Tag
 
-from rltap.generation import UnsupportedContent
 from rltap.record.errors import InvalidRequest
+from rltap.record.generation import UnsupportedContent
 
 __all__ = [
     "ContentBlockParam",

@@ -19,8 +19,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, with_config
 from typing_extensions import TypedDict
 
-from rltap.generation import ToolChoice
 from rltap.record.errors import InvalidRequest
+from rltap.record.generation import ToolChoice
 
 __all__ = [
     "JSONOutputFormatParam",

@@ -1,7 +1,7 @@
 """Anthropic Messages request bodies (`POST /v1/messages`) -> `CanonicalRequest`.
 
 Conversion rules (every one keeps a conversation's canonical messages the same whichever API sent
-it, see `rltap.canonical`):
+it, see `rltap.tree.canonical`):
 
 - `system` (a string or text blocks) becomes one leading system message; an empty one none.
 - A user message's blocks are read in order: each `tool_result` block becomes one canonical
@@ -43,7 +43,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from rltap.chat.constraints import check_request_schemas
-from rltap.generation import CanonicalRequest, UnsupportedContent
 from rltap.protocols.anthropic_messages.content import (
     ContentBlockParam,
     MessageParam,
@@ -63,6 +62,7 @@ from rltap.protocols.anthropic_messages.reply_shape import (
     response_format,
 )
 from rltap.record.errors import InvalidRequest
+from rltap.record.generation import CanonicalRequest, UnsupportedContent
 
 __all__ = [
     "ContentBlockParam",

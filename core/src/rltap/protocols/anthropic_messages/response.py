@@ -23,8 +23,8 @@ from typing import Any
 
 import orjson
 
-from rltap.generation import CanonicalRequest, Generation
 from rltap.record.errors import RltapError, ThreadNotFound
+from rltap.record.generation import CanonicalRequest, Generation
 
 __all__ = [
     "ID_PREFIX",

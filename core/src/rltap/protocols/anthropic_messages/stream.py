@@ -19,7 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rltap.generation import (
+from rltap.protocols.anthropic_messages.response import error_body, stop_reason, tool_use_id
+from rltap.protocols.sse import SSEEvent
+from rltap.record.errors import RltapError
+from rltap.record.generation import (
     CanonicalRequest,
     Generation,
     GenerationDelta,
@@ -27,8 +30,6 @@ from rltap.generation import (
     GenerationStart,
     StreamEvent,
 )
-from rltap.protocols.anthropic_messages.response import error_body, stop_reason, tool_use_id
-from rltap.record.errors import RltapError
 from rltap.record.parsed import (
     ContentDelta,
     Delta,
@@ -36,7 +37,6 @@ from rltap.record.parsed import (
     ToolCallArgumentsDelta,
     ToolCallStartDelta,
 )
-from rltap.sse import SSEEvent
 
 __all__ = ["StreamEncoder"]
 

@@ -21,11 +21,11 @@ from pydantic import BaseModel, ConfigDict, Field, with_config
 from typing_extensions import TypedDict
 
 from rltap.chat.constraints import check_request_schemas
-from rltap.generation import CanonicalRequest, ToolChoice, UnsupportedContent
 from rltap.protocols._content import take_unsupported_parts
 from rltap.protocols._thinking import ReasoningEffort, effort_template_kwargs
 from rltap.protocols._validation import format_param
 from rltap.record.errors import InvalidRequest
+from rltap.record.generation import CanonicalRequest, ToolChoice, UnsupportedContent
 
 __all__ = [
     "ChatCompletionRequest",

@@ -16,8 +16,8 @@ import math
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from rltap.generation import CanonicalRequest, FinishReason, Generation
 from rltap.record.errors import RltapError
+from rltap.record.generation import CanonicalRequest, FinishReason, Generation
 
 __all__ = [
     "ID_PREFIX",

@@ -18,20 +18,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rltap.generation import (
-    CanonicalRequest,
-    GenerationDelta,
-    GenerationEnd,
-    GenerationStart,
-    StreamEvent,
-)
 from rltap.protocols.openai_chat.response import (
     error_body,
     logprob_entries,
     usage,
     wire_finish_reason,
 )
+from rltap.protocols.sse import SSEEvent
 from rltap.record.errors import RltapError
+from rltap.record.generation import (
+    CanonicalRequest,
+    GenerationDelta,
+    GenerationEnd,
+    GenerationStart,
+    StreamEvent,
+)
 from rltap.record.parsed import (
     ContentDelta,
     Delta,
@@ -39,7 +40,6 @@ from rltap.record.parsed import (
     ToolCallArgumentsDelta,
     ToolCallStartDelta,
 )
-from rltap.sse import SSEEvent
 
 __all__ = [
     "DONE",

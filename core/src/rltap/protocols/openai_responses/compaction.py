@@ -20,10 +20,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rltap.generation import CanonicalRequest, Generation
 from rltap.protocols.openai_responses.input_items import InputItem
 from rltap.protocols.openai_responses.request import ResponsesRequest, to_canonical
 from rltap.protocols.openai_responses.response import ID_PREFIX, usage
+from rltap.record.generation import CanonicalRequest, Generation
 
 __all__ = [
     "COMPACTION_PROMPT",

@@ -11,7 +11,6 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from rltap.generation import CanonicalRequest, Generation
 from rltap.protocols.openai_responses.conversations import input_item_models, stored_items
 from rltap.protocols.openai_responses.input_items import input_messages
 from rltap.protocols.openai_responses.operations import conversation_store
@@ -19,6 +18,7 @@ from rltap.protocols.openai_responses.request import ResponsesRequest, to_canoni
 from rltap.protocols.openai_responses.response import output_items
 from rltap.protocols.operation import OnDone, SessionPort
 from rltap.record.errors import InvalidRequest, NotFound
+from rltap.record.generation import CanonicalRequest, Generation
 
 __all__ = ["with_conversation"]
 

@@ -11,10 +11,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
-from rltap.generation import UnsupportedContent
 from rltap.protocols._content import is_supported_part
 from rltap.protocols._validation import format_param
 from rltap.record.errors import InvalidRequest
+from rltap.record.generation import UnsupportedContent
 
 __all__ = [
     "CompactionItem",

@@ -45,11 +45,11 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, with_conf
 from typing_extensions import TypedDict
 
 from rltap.chat.constraints import check_request_schemas
-from rltap.generation import CanonicalRequest, ToolChoice, UnsupportedContent
 from rltap.protocols._thinking import ReasoningEffort, effort_template_kwargs
 from rltap.protocols._validation import format_param
 from rltap.protocols.openai_responses.input_items import InputItem, input_messages
 from rltap.record.errors import InvalidRequest
+from rltap.record.generation import CanonicalRequest, ToolChoice, UnsupportedContent
 
 __all__ = [
     "FunctionTool",

@@ -30,8 +30,8 @@ import math
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from rltap.generation import CanonicalRequest, FinishReason, Generation
 from rltap.record.errors import CapacityExhausted, InvalidRequest, RltapError
+from rltap.record.generation import CanonicalRequest, FinishReason, Generation
 
 __all__ = [
     "ID_PREFIX",

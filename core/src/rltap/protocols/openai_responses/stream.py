@@ -39,13 +39,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rltap.generation import (
-    CanonicalRequest,
-    Generation,
-    GenerationDelta,
-    GenerationStart,
-    StreamEvent,
-)
 from rltap.protocols.openai_chat.response import error_body
 from rltap.protocols.openai_responses.response import (
     ItemStatus,
@@ -61,7 +54,15 @@ from rltap.protocols.openai_responses.response import (
     usage,
     wants_summary,
 )
+from rltap.protocols.sse import SSEEvent
 from rltap.record.errors import RltapError
+from rltap.record.generation import (
+    CanonicalRequest,
+    Generation,
+    GenerationDelta,
+    GenerationStart,
+    StreamEvent,
+)
 from rltap.record.parsed import (
     ContentDelta,
     Delta,
@@ -69,7 +70,6 @@ from rltap.record.parsed import (
     ToolCallArgumentsDelta,
     ToolCallStartDelta,
 )
-from rltap.sse import SSEEvent
 
 __all__ = ["StreamEncoder"]
 

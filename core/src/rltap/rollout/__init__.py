@@ -1,0 +1,102 @@
+"""Agents run over a dataset through the proxy, and what a rollout leaves behind.
+
+    workflow   RolloutWorkflow, OpenAIProxyWorkflow: an agent's episode as training data
+    runner     `rltap rollout`: rows x group size episodes, `concurrency` at a time
+    files      the run folder's files: trajectories.jsonl, batch.safetensors, the ledger
+    serving    the engine and an in-process proxy a rollout runs on
+    evaluate   `rltap eval` and the held-out evaluation between training steps
+    subproc    agents in a subprocess pool
+    progress   the live display of long commands
+    ray/       rollout actors on a Ray cluster (`--ray`)
+
+Names are imported on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rltap._lazy import lazy_getattr
+
+if TYPE_CHECKING:
+    from rltap.rollout.runner import (
+        BATCH,
+        LEDGER,
+        SUMMARY,
+        EpisodeRunner,
+        LocalEpisodes,
+        RolloutSummary,
+        load_batch,
+        load_rows,
+        load_trajectories,
+        rollout_rows,
+        run_here,
+        run_rollout,
+        summary_table,
+    )
+    from rltap.rollout.workflow import (
+        Episode,
+        EpisodeResult,
+        GroupedRolloutWorkflow,
+        OpenAIProxyWorkflow,
+        RolloutWorkflow,
+        WorkflowError,
+        resolve_workflow,
+    )
+
+_RUNNER = (
+    "BATCH",
+    "LEDGER",
+    "SUMMARY",
+    "EpisodeRunner",
+    "LocalEpisodes",
+    "RolloutSummary",
+    "load_batch",
+    "load_rows",
+    "load_trajectories",
+    "rollout_rows",
+    "run_here",
+    "run_rollout",
+    "summary_table",
+)
+_WORKFLOW = (
+    "Episode",
+    "EpisodeResult",
+    "GroupedRolloutWorkflow",
+    "OpenAIProxyWorkflow",
+    "RolloutWorkflow",
+    "WorkflowError",
+    "resolve_workflow",
+)
+
+__all__ = [
+    "BATCH",
+    "LEDGER",
+    "SUMMARY",
+    "Episode",
+    "EpisodeResult",
+    "EpisodeRunner",
+    "GroupedRolloutWorkflow",
+    "LocalEpisodes",
+    "OpenAIProxyWorkflow",
+    "RolloutSummary",
+    "RolloutWorkflow",
+    "WorkflowError",
+    "load_batch",
+    "load_rows",
+    "load_trajectories",
+    "resolve_workflow",
+    "rollout_rows",
+    "run_here",
+    "run_rollout",
+    "summary_table",
+]
+
+__getattr__ = lazy_getattr(
+    "rltap.rollout",
+    globals(),
+    {
+        **dict.fromkeys(_RUNNER, "rltap.rollout.runner"),
+        **dict.fromkeys(_WORKFLOW, "rltap.rollout.workflow"),
+    },
+)

@@ -1,0 +1,64 @@
+"""`RayWeightSync`: the trainer's weights into every rollout actor's engine after an update.
+
+Each actor hands them to its engine's `update_weights`, as on one machine. Embedded engines get
+the state dict through Ray's object store (put once, read by each actor's node) and copy it in
+place. vLLM and SGLang servers load the shards the trainer saves once into `folder`, which each
+server must read (one machine or a shared disk). A LoRA trainer's adapter alone goes either
+way (`rltap.engines.lora`). `push` returns once every live actor answered
+with the new version, so the next step's rollouts all start on it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rltap.engines.base import AdapterWeights, WeightFolder, save_weights
+from rltap.engines.lora import adapter_folder, adapter_of
+from rltap.record.errors import EngineError
+from rltap.rollout.ray.cluster import require_ray
+from rltap.rollout.ray.pool import ActorPool
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["RayWeightSync"]
+
+
+class RayWeightSync:
+    """A `rltap.train.sync.WeightSync` over an `ActorPool`.
+
+    Usage:
+        sync = RayWeightSync(pool, Path("RUN/sync"), embedded=True)
+        await sync.push(trainer.model, version=1)
+    """
+
+    def __init__(self, pool: ActorPool, folder: Path, *, embedded: bool) -> None:
+        self.pool = pool
+        self.folder = Path(folder).resolve()
+        self.embedded = embedded
+
+    async def push(self, model: torch.nn.Module, version: int) -> None:
+        source: Any
+        adapter = adapter_of(model)  # a LoRA trainer moves its adapter only
+        if self.embedded:
+            if adapter is None:
+                state = {name: value.detach().cpu() for name, value in model.state_dict().items()}
+                source = require_ray().put(state)  # each actor gets the state dict Ray resolves
+            else:
+                tensors = {name: value.cpu() for name, value in adapter.tensors.items()}
+                source = require_ray().put(AdapterWeights(adapter.config, tensors))
+        elif adapter is None:
+            await save_weights(model, self.folder)
+            source = WeightFolder(self.folder)  # saved already: the actors' servers load it
+        else:
+            path = await adapter_folder(model, self.folder, version).written()
+            source = WeightFolder(path, adapter=True)
+
+        def call(actor: Any) -> Any:
+            return actor.update_weights.remote(source, version)
+
+        versions = await self.pool.broadcast(call)
+        if any(answered != version for answered in versions):
+            msg = f"rollout actors report versions {versions} after pushing version {version}"
+            raise EngineError(msg)

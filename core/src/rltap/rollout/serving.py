@@ -1,0 +1,77 @@
+"""What a rollout runs on, built from its settings (`rltap.config`): the engine and an
+in-process proxy on 127.0.0.1 (`local_proxy`), the agent's workflow against a proxy
+(`agent_workflow`), and the two together (`local_workflow`). `rltap rollout`, `rltap train` and
+every Ray rollout actor (`rltap.rollout.ray`) set themselves up with these.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from rltap.config import RolloutConfig, ServeConfig
+from rltap.engines.base import InferenceEngine
+from rltap.proxy import ProxyServer, create_app, serve_config
+from rltap.rollout.workflow import OpenAIProxyWorkflow, resolve_workflow
+
+__all__ = ["Serving", "agent_workflow", "local_proxy", "local_workflow"]
+
+
+@dataclass(slots=True, frozen=True)
+class Serving:
+    """A running proxy: its engine, address, admin key and the tokenizer's pad id."""
+
+    engine: InferenceEngine
+    url: str
+    admin_key: str
+    pad_token_id: int
+
+
+@contextlib.asynccontextmanager
+async def local_proxy(
+    config: ServeConfig, *, engine: InferenceEngine | None = None, tokenizer: Any = None
+) -> AsyncIterator[Serving]:
+    """The engine of `config` (or `engine`, built by the caller) behind a proxy on this event
+    loop (a fresh admin key), rendering with `tokenizer` when the caller has it loaded."""
+    admin_key = secrets.token_urlsafe(24)
+    setup = serve_config(config, admin_key, engine=engine, tokenizer=tokenizer)
+    pad = setup.renderer.tokenizer.pad_token_id or 0
+    async with ProxyServer(create_app(setup.engine, setup.renderer, setup.config)) as server:
+        yield Serving(setup.engine, server.url, admin_key, int(pad))
+
+
+def agent_workflow(config: RolloutConfig, proxy_url: str, admin_key: str) -> OpenAIProxyWorkflow:
+    """The config's agent as a workflow against the proxy at `proxy_url`, exporting in its
+    style, with room for every episode in flight in subprocess mode."""
+    episodes = config.episodes
+    workflow = resolve_workflow(
+        config.agent,
+        proxy_addr=proxy_url,
+        admin_key=admin_key,
+        mode=episodes.mode,
+        discount=episodes.discount,
+        style=config.style,
+        link_factors=dict(config.link_factors) if config.link_factors else None,
+        agents=config.agents,
+        episode_timeout=episodes.episode_timeout,
+        subproc_workers=episodes.concurrency * episodes.group_size,
+    )
+    if not isinstance(workflow, OpenAIProxyWorkflow):
+        msg = f"{config.agent} must be an agent with run(data, **kwargs), not a RolloutWorkflow"
+        raise SystemExit(msg)
+    return workflow
+
+
+@contextlib.asynccontextmanager
+async def local_workflow(
+    config: RolloutConfig, *, engine: InferenceEngine | None = None, tokenizer: Any = None
+) -> AsyncIterator[tuple[Serving, OpenAIProxyWorkflow]]:
+    """`local_proxy` (on `engine` and with `tokenizer`, when given) and the config's agent
+    against it; the workflow is closed first at the end."""
+    async with local_proxy(config.serve, engine=engine, tokenizer=tokenizer) as serving:
+        workflow = agent_workflow(config, serving.url, serving.admin_key)
+        async with contextlib.aclosing(workflow):
+            yield serving, workflow

@@ -1,0 +1,389 @@
+"""Rollout workflows: any agent with `async def run(data, **kwargs)` becomes training data.
+
+    RolloutWorkflow            arun_episode(engine, data) -> tensors | interactions | pack | None
+    ├── OpenAIProxyWorkflow    runs an agent against the proxy, one session per episode
+    └── GroupedRolloutWorkflow group_size episodes of one row, merged
+
+`resolve_workflow` turns what a user names (an instance, a class, "pkg.module:Name",
+"path/to/agent.py:Name") into a workflow. OpenAIProxyWorkflow runs the agent inline (awaited in
+this event loop, with base_url/api_key/http_client passed in) or in a subprocess pool (the child
+sees OPENAI_* and ANTHROPIC_* variables for that episode only).
+
+With style "tree" an episode is one `TreePack` (`rltap.record.pack`), and a group's packs merge
+into one trie (`merge_tries`: the prompt the group shares appears once).
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import importlib
+import importlib.util
+import inspect
+import logging
+import math
+import numbers
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, TypeAlias
+
+import httpx
+
+from rltap.client import OpenAIProxyClient, interactions_from_export, tree_from_export
+from rltap.record.errors import RltapError
+from rltap.record.pack import TreePack, merge_tries
+from rltap.record.sampling import EpisodeSampling
+from rltap.record.types import InteractionWithTokenLogpReward
+from rltap.rollout.subproc import AgentPool, EpisodeFailed
+from rltap.tree.export import ExportStyle, concat_padded_tensors
+from rltap.tree.rewards import Aggregate, DiscountMode, LinkFactors, check_link_factors
+
+__all__ = [
+    "Episode",
+    "EpisodeResult",
+    "GroupedRolloutWorkflow",
+    "OpenAIProxyWorkflow",
+    "RolloutWorkflow",
+    "WorkflowError",
+    "load_object",
+    "resolve_workflow",
+]
+
+logger = logging.getLogger("rltap.rollout.workflow")
+
+Interactions = dict[str, InteractionWithTokenLogpReward]
+# A string: `rltap.train` is imported only where a pack is made or merged.
+EpisodeResult: TypeAlias = "dict[str, Any] | Interactions | TreePack | None"
+Mode = Literal["inline", "subproc"]
+
+
+@dataclass(slots=True)
+class Episode:
+    """What one agent run left: its session and exported interactions, or why it failed; with
+    style "tree" also the session's pack (its interactions then as style individual's)."""
+
+    session_id: str
+    interactions: Interactions | None
+    error: str | None = None
+    pack: TreePack | None = None
+
+
+class WorkflowError(TypeError):
+    """A workflow or agent that cannot be used as given; the message names the fix."""
+
+
+class RolloutWorkflow(abc.ABC):
+    """One episode of one dataset row, returning a tensor dict, interactions, or None (rejected)."""
+
+    @abc.abstractmethod
+    async def arun_episode(self, engine: Any, data: Any) -> EpisodeResult: ...
+
+
+class OpenAIProxyWorkflow(RolloutWorkflow):
+    """Run `agent.run(data, ...)` in its own proxy session, then export the session.
+
+    Usage:
+        workflow = OpenAIProxyWorkflow(MyAgent(), proxy_addr="http://127.0.0.1:8000",
+                                       admin_key=key, discount=0.9, style="concat")
+        interactions = await workflow.arun_episode(None, {"question": "2+2?"})
+
+    What run() returns becomes the reward: a number rewards the last completed reply, a dict
+    {interaction_id: reward} rewards those replies, None assigns nothing (discounting then gives
+    zeros). An agent that raises, dies or times out rejects its episode (None); `failures`
+    counts them. `discount_mode` is "tree" (along the conversation tree) or "chain" (insertion
+    order, AReaL's numbers; `rltap.tree.rewards`).
+    """
+
+    def __init__(
+        self,
+        agent: Any,
+        *,
+        proxy_addr: str,
+        admin_key: str,
+        mode: Mode = "inline",
+        discount: float = 1.0,
+        style: ExportStyle = "individual",
+        aggregate: Aggregate = "mean",
+        discount_mode: DiscountMode = "tree",
+        link_factors: LinkFactors | None = None,
+        agents: Sequence[str] | None = None,
+        return_tensors: bool = False,
+        episode_timeout: float | None = None,
+        subproc_workers: int = 4,
+        agent_pool: AgentPool | None = None,
+        http_client: httpx.AsyncClient | None = None,
+    ) -> None:
+        if mode not in ("inline", "subproc"):
+            msg = f"mode must be 'inline' or 'subproc', got {mode!r}"
+            raise WorkflowError(msg)
+        run = getattr(agent, "run", None)
+        if not callable(run):
+            msg = f"{type(agent).__name__} has no run(data, **kwargs) method"
+            raise WorkflowError(msg)
+        if mode == "inline" and not inspect.iscoroutinefunction(run):
+            msg = (
+                f"{type(agent).__name__}.run is not async: inline mode awaits it in the event "
+                "loop; make it `async def run(...)` or use mode='subproc'"
+            )
+            raise WorkflowError(msg)
+        self.agent = agent
+        self.proxy_addr = proxy_addr.rstrip("/")
+        self.admin_key = admin_key
+        self.mode = mode
+        self.discount = discount
+        self.style: ExportStyle = style
+        self.aggregate: Aggregate = aggregate
+        self.discount_mode: DiscountMode = discount_mode
+        self.link_factors = check_link_factors(link_factors)  # a typo fails here, not per episode
+        self.agents = None if agents is None else list(agents)
+        self.return_tensors = return_tensors
+        self.episode_timeout = episode_timeout
+        self.failures = 0
+        self._owns_http = http_client is None
+        self._http = http_client or httpx.AsyncClient(timeout=httpx.Timeout(3600.0, connect=30.0))
+        # A pool passed in is shared (and shut down) by its owner: its workers outlive us.
+        self._owns_pool = agent_pool is None
+        self._pool = (agent_pool or AgentPool(subproc_workers)) if mode == "subproc" else None
+
+    async def arun_episode(self, engine: Any, data: Any) -> EpisodeResult:
+        episode = await self.run_episode(data)
+        if episode.interactions is None:
+            return None
+        if episode.pack is not None:  # style "tree": the pack is the episode's tensors
+            return episode.pack
+        if self.return_tensors:
+            tensors = [i.to_tensor_dict() for i in episode.interactions.values()]
+            return concat_padded_tensors(tensors)
+        return episode.interactions
+
+    async def run_episode(
+        self, data: Any, task_id: str | None = None, sampling: EpisodeSampling | None = None
+    ) -> Episode:
+        """One episode with its session id; `interactions` is None when it was rejected.
+        `sampling` sets the seed and temperature of the episode's calls (the session's)."""
+        session = OpenAIProxyClient(
+            self.proxy_addr,
+            self.admin_key,
+            task_id=task_id,
+            sampling=sampling,
+            http_client=self._http,
+        )
+        error: str | None = None
+        reward_error: Exception | None = None
+        async with session:
+            try:
+                result = await self._run_agent(session, data)
+            except (Exception, EpisodeFailed) as exc:
+                self.failures += 1
+                error = f"{type(exc).__name__}: {exc}"
+                logger.warning("episode rejected: the agent failed: %s", error)
+            else:
+                try:
+                    await self._assign_rewards(session, result)
+                except (WorkflowError, RltapError) as exc:
+                    reward_error = exc  # raised below, once the session is freed
+        # Exporting frees the session on the proxy, also for a rejected episode.
+        body = await session.export_trajectories(
+            discount=self.discount,
+            style=self.style,
+            aggregate=self.aggregate,
+            link_factors=self.link_factors,
+            agents=self.agents,
+            discount_mode=self.discount_mode,
+        )
+        if reward_error is not None:
+            raise reward_error
+        assert session.session_id is not None
+        if error is not None:
+            return Episode(session_id=session.session_id, interactions=None, error=error)
+        pack = tree_from_export(body) if self.style == "tree" else None
+        exported = interactions_from_export(body)
+        return Episode(session_id=session.session_id, interactions=exported, pack=pack)
+
+    async def _run_agent(self, session: OpenAIProxyClient, data: Any) -> Any:
+        assert session.api_key is not None
+        if self._pool is not None:
+            run = self._pool.run(self.agent, data, session.proxy_url, session.api_key)
+        else:
+            run = self.agent.run(
+                data,
+                base_url=session.base_url,
+                api_key=session.api_key,
+                http_client=self._http,
+            )
+        if self.episode_timeout is None:
+            return await run
+        try:
+            async with asyncio.timeout(self.episode_timeout) as deadline:
+                return await run
+        except TimeoutError:
+            if not deadline.expired():
+                raise  # the agent's own timeout
+            msg = f"the episode ran past its timeout of {self.episode_timeout:g} s"
+            raise TimeoutError(msg) from None
+
+    async def _assign_rewards(self, session: OpenAIProxyClient, result: Any) -> None:
+        if result is None:
+            logger.warning("agent returned None: no reward assigned (discounting gives zeros)")
+        elif isinstance(result, numbers.Real) and not isinstance(result, bool):
+            if not math.isfinite(float(result)):
+                msg = f"agent returned a non-finite reward {result}"
+                raise WorkflowError(msg)
+            await session.set_last_reward(float(result))
+        elif isinstance(result, Mapping):
+            for interaction_id, reward in result.items():
+                await session.set_reward(str(interaction_id), reward)
+        else:
+            msg = (
+                f"agent.run returned {type(result).__name__}; return a number (reward of the "
+                "last reply), a dict {interaction_id: reward}, or None"
+            )
+            raise WorkflowError(msg)
+
+    async def aclose(self) -> None:
+        if self._pool is not None and self._owns_pool:
+            self._pool.shutdown()
+        if self._owns_http:  # a client the caller passed in stays theirs to close
+            await self._http.aclose()
+
+
+class GroupedRolloutWorkflow(RolloutWorkflow):
+    """`group_size` episodes of the same row, concurrently; the results merged.
+
+    Tensor dicts are stacked along the batch (right-padded to the longest), interaction dicts
+    merged by id, tree packs merged into one trie (`merge_tries`); rejected episodes are dropped;
+    None when every episode was rejected.
+    """
+
+    def __init__(self, workflow: RolloutWorkflow, group_size: int) -> None:
+        if group_size < 1:
+            msg = f"group_size must be >= 1, got {group_size}"
+            raise WorkflowError(msg)
+        self.workflow = workflow
+        self.group_size = group_size
+
+    async def arun_episode(self, engine: Any, data: Any) -> EpisodeResult:
+        results = await asyncio.gather(
+            *(self.workflow.arun_episode(engine, data) for _ in range(self.group_size))
+        )
+        return merge_results([r for r in results if r is not None])
+
+
+def merge_results(results: list[Any]) -> EpisodeResult:
+
+    if not results:
+        return None
+    packs = [result for result in results if isinstance(result, TreePack)]
+    if packs:
+        if len(packs) < len(results):
+            msg = "cannot merge tree packs with other results in one group"
+            raise WorkflowError(msg)
+        return merge_tries(packs)
+    # An episode without LLM calls exports an empty dict (of either kind): nothing to merge.
+    filled = [result for result in results if len(result) > 0]
+    if filled and all(_is_tensor_dict(r) for r in filled):
+        return concat_padded_tensors(filled)
+    merged: Interactions = {}
+    for result in filled:
+        if _is_tensor_dict(result):
+            msg = "cannot merge tensor dicts with interaction dicts in one group"
+            raise WorkflowError(msg)
+        merged.update(result)
+    return merged
+
+
+def _is_tensor_dict(result: Any) -> bool:
+    return (
+        isinstance(result, Mapping)
+        and "input_ids" in result
+        and hasattr(result["input_ids"], "shape")
+    )
+
+
+def load_object(spec: str) -> Any:
+    """What `pkg.module:Name`, `pkg.module.Name` or `path/to/file.py:Name` names (a file is
+    loaded once, under a name of its own: what `resolve_workflow` and the tests use)."""
+    if ":" in spec:
+        module_name, _, attribute = spec.rpartition(":")
+    else:
+        module_name, _, attribute = spec.rpartition(".")
+    if not module_name or not attribute:
+        msg = f"{spec!r} is not 'pkg.module:Name', 'pkg.module.Name' or 'file.py:Name'"
+        raise WorkflowError(msg)
+    if module_name.endswith(".py"):
+        module = _load_file(Path(module_name))
+    else:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            msg = f"cannot import {module_name!r} for {spec!r}: {exc}"
+            raise WorkflowError(msg) from exc
+    try:
+        return getattr(module, attribute)
+    except AttributeError:
+        msg = f"module {module_name!r} has no attribute {attribute!r}"
+        raise WorkflowError(msg) from None
+
+
+def _load_file(path: Path) -> Any:
+    if not path.is_file():
+        msg = f"no such file {path}"
+        raise WorkflowError(msg)
+    name = f"rltap_agent_{path.stem}_{abs(hash(path.resolve()))}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        msg = f"cannot load {path} as a module"
+        raise WorkflowError(msg)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # pickle finds the agent's class by this name (subproc mode)
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]  # else the next attempt would get the half-run module
+        raise
+    return module
+
+
+def resolve_workflow(
+    workflow: Any,
+    workflow_kwargs: Mapping[str, Any] | None = None,
+    group_size: int = 1,
+    proxy_addr: str | None = None,
+    *,
+    admin_key: str | None = None,
+    **proxy_options: Any,
+) -> RolloutWorkflow:
+    """A `RolloutWorkflow` from an instance, a class, or a dotted/file path to one.
+
+    Agents (anything with a `run` method that is not a RolloutWorkflow) are wrapped in
+    `OpenAIProxyWorkflow(agent, proxy_addr=..., admin_key=..., **proxy_options)`.
+    """
+    if group_size < 1:
+        msg = f"group_size must be >= 1, got {group_size}"
+        raise WorkflowError(msg)
+    kwargs = dict(workflow_kwargs or {})
+    if isinstance(workflow, str):
+        workflow = load_object(workflow)
+    if isinstance(workflow, type):
+        if not (issubclass(workflow, RolloutWorkflow) or hasattr(workflow, "run")):
+            msg = f"{workflow.__name__} is neither a RolloutWorkflow nor an agent with run()"
+            raise WorkflowError(msg)
+        workflow = workflow(**kwargs)
+    if not isinstance(workflow, RolloutWorkflow):
+        if not hasattr(workflow, "run"):
+            msg = f"{type(workflow).__name__} is neither a RolloutWorkflow nor has run(data)"
+            raise WorkflowError(msg)
+        if proxy_addr is None or admin_key is None:
+            msg = "an agent needs proxy_addr and admin_key to run against the proxy"
+            raise WorkflowError(msg)
+        workflow = OpenAIProxyWorkflow(
+            workflow, proxy_addr=proxy_addr, admin_key=admin_key, **proxy_options
+        )
+    resolved: RolloutWorkflow = workflow
+    if group_size > 1:
+        return GroupedRolloutWorkflow(resolved, group_size)
+    return resolved

@@ -1,0 +1,233 @@
+"""resolve_workflow: every way to name a workflow or an agent, and the errors naming the fix."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rltap.rollout.workflow import (
+    GroupedRolloutWorkflow,
+    OpenAIProxyWorkflow,
+    RolloutWorkflow,
+    WorkflowError,
+    resolve_workflow,
+)
+
+PROXY = {"proxy_addr": "http://127.0.0.1:9", "admin_key": "admin-key"}
+
+
+class LabelledWorkflow(RolloutWorkflow):
+    def __init__(self, label: str = "default") -> None:
+        self.label = label
+
+    async def arun_episode(self, engine: Any, data: Any) -> None:
+        return None
+
+
+class AsyncAgent:
+    def __init__(self, turns: int = 1) -> None:
+        self.turns = turns
+
+    async def run(self, data: Any, **kwargs: Any) -> float:
+        return 1.0
+
+
+class SyncAgent:
+    def run(self, data: Any, **kwargs: Any) -> float:
+        return 1.0
+
+
+class NotAnAgent:
+    pass
+
+
+BROKEN_AGENT = """
+raise RuntimeError("a bug in the agent file")
+
+class Agent:
+    async def run(self, data, **kwargs):
+        return 1.0
+"""
+
+
+Resolve = Callable[..., RolloutWorkflow]
+
+
+@pytest.fixture
+async def resolve() -> AsyncIterator[Resolve]:
+    """resolve_workflow; the proxy workflows it makes are closed at teardown."""
+    made: list[RolloutWorkflow] = []
+
+    def call(*args: Any, **kwargs: Any) -> RolloutWorkflow:
+        workflow = resolve_workflow(*args, **kwargs)
+        made.append(workflow)
+        return workflow
+
+    yield call
+    for workflow in made:
+        inner = workflow.workflow if isinstance(workflow, GroupedRolloutWorkflow) else workflow
+        if isinstance(inner, OpenAIProxyWorkflow):
+            await inner.aclose()
+
+
+async def test_a_workflow_instance_is_used_as_is(resolve: Resolve) -> None:
+    workflow = LabelledWorkflow()
+    assert resolve(workflow) is workflow
+
+
+async def test_a_workflow_class_is_made_with_the_workflow_kwargs(resolve: Resolve) -> None:
+    workflow = resolve(LabelledWorkflow, {"label": "from kwargs"})
+    assert isinstance(workflow, LabelledWorkflow)
+    assert workflow.label == "from kwargs"
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        pytest.param("rltap.rollout.workflow:GroupedRolloutWorkflow", id="module-colon-name"),
+        pytest.param("rltap.rollout.workflow.GroupedRolloutWorkflow", id="module-dot-name"),
+    ],
+)
+async def test_a_dotted_name_is_imported_then_resolved(resolve: Resolve, spec: str) -> None:
+    inner = LabelledWorkflow()
+    workflow = resolve(spec, {"workflow": inner, "group_size": 3})
+    assert isinstance(workflow, GroupedRolloutWorkflow)
+    assert workflow.workflow is inner
+    assert workflow.group_size == 3
+
+
+async def test_an_agent_file_is_loaded_and_its_agent_wrapped(
+    resolve: Resolve, agent_spec: Callable[[str], str]
+) -> None:
+    workflow = resolve(agent_spec("ChatAgent"), {"turns": 3}, **PROXY, mode="subproc", discount=0.9)
+    assert isinstance(workflow, OpenAIProxyWorkflow)
+    assert type(workflow.agent).__name__ == "ChatAgent"
+    assert workflow.agent.turns == 3
+    assert (workflow.proxy_addr, workflow.admin_key) == (PROXY["proxy_addr"], "admin-key")
+    assert (workflow.mode, workflow.discount) == ("subproc", 0.9)
+
+
+async def test_an_agent_class_is_made_with_the_kwargs_and_wrapped(resolve: Resolve) -> None:
+    workflow = resolve(AsyncAgent, {"turns": 4}, **PROXY)
+    assert isinstance(workflow, OpenAIProxyWorkflow)
+    assert isinstance(workflow.agent, AsyncAgent)
+    assert workflow.agent.turns == 4
+    assert workflow.mode == "inline"
+
+
+async def test_an_agent_instance_is_wrapped_as_is(resolve: Resolve) -> None:
+    agent = AsyncAgent()
+    workflow = resolve(agent, **PROXY, style="concat", episode_timeout=5.0)
+    assert isinstance(workflow, OpenAIProxyWorkflow)
+    assert workflow.agent is agent
+    assert (workflow.style, workflow.episode_timeout) == ("concat", 5.0)
+
+
+async def test_a_sync_agent_is_fine_in_subprocess_mode(resolve: Resolve) -> None:
+    workflow = resolve(SyncAgent, **PROXY, mode="subproc")
+    assert isinstance(workflow, OpenAIProxyWorkflow)
+    assert isinstance(workflow.agent, SyncAgent)
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        pytest.param(LabelledWorkflow(), id="workflow"),
+        pytest.param(AsyncAgent(), id="agent"),
+    ],
+)
+async def test_group_size_above_one_runs_groups(resolve: Resolve, target: Any) -> None:
+    workflow = resolve(target, None, 4, **PROXY)
+    assert isinstance(workflow, GroupedRolloutWorkflow)
+    assert workflow.group_size == 4
+    inner = workflow.workflow
+    assert inner is target or (isinstance(inner, OpenAIProxyWorkflow) and inner.agent is target)
+
+
+@pytest.mark.parametrize(
+    ("target", "options", "message"),
+    [
+        pytest.param(
+            SyncAgent,
+            {},
+            r"SyncAgent\.run is not async: .*make it `async def run\(\.\.\.\)` or use "
+            r"mode='subproc'",
+            id="sync-run-inline",
+        ),
+        pytest.param(
+            "rltap.rollout.workflow:NoSuchWorkflow",
+            {},
+            r"module 'rltap\.workflow' has no attribute 'NoSuchWorkflow'",
+            id="missing-attribute",
+        ),
+        pytest.param(
+            "rltap.no_such_module:Agent",
+            {},
+            r"cannot import 'rltap\.no_such_module' for 'rltap\.no_such_module:Agent'",
+            id="bad-module-path",
+        ),
+        pytest.param(
+            "no/such/folder/agent.py:Agent",
+            {},
+            r"no such file no/such/folder/agent\.py",
+            id="missing-file",
+        ),
+        pytest.param(
+            "Agent", {}, r"'Agent' is not 'pkg\.module:Name', .* or 'file\.py:Name'", id="no-module"
+        ),
+        pytest.param(
+            NotAnAgent,
+            {},
+            r"NotAnAgent is neither a RolloutWorkflow nor an agent with run\(\)",
+            id="class-without-run",
+        ),
+        pytest.param(
+            "rltap.testing.scripts:echo",
+            {},
+            r"function is neither a RolloutWorkflow nor has run\(data\)",
+            id="object-without-run",
+        ),
+        pytest.param(
+            AsyncAgent(),
+            {"proxy_addr": None},
+            r"an agent needs proxy_addr and admin_key",
+            id="agent-without-proxy-addr",
+        ),
+        pytest.param(
+            AsyncAgent(),
+            {"admin_key": None},
+            r"an agent needs proxy_addr and admin_key",
+            id="agent-without-admin-key",
+        ),
+        pytest.param(
+            AsyncAgent(),
+            {"mode": "thread"},
+            r"mode must be 'inline' or 'subproc', got 'thread'",
+            id="unknown-mode",
+        ),
+        pytest.param(
+            LabelledWorkflow(), {"group_size": 0}, r"group_size must be >= 1", id="group-size-0"
+        ),
+    ],
+)
+def test_what_cannot_be_resolved_is_a_clear_error(
+    target: Any, options: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(WorkflowError, match=message):
+        resolve_workflow(target, **{**PROXY, **options})
+
+
+async def test_an_agent_file_fixed_after_a_failed_load_loads_again(
+    resolve: Resolve, tmp_path: Path
+) -> None:
+    agent_file = tmp_path / "my_agent.py"
+    agent_file.write_text(BROKEN_AGENT)
+    with pytest.raises(RuntimeError, match="a bug in the agent file"):
+        resolve(f"{agent_file}:Agent", **PROXY)
+    agent_file.write_text(BROKEN_AGENT.replace("raise RuntimeError", "# raise RuntimeError"))
+    workflow = resolve(f"{agent_file}:Agent", **PROXY)
+    assert isinstance(workflow, OpenAIProxyWorkflow)
+    assert type(workflow.agent).__name__ == "Agent"
