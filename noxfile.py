@@ -27,6 +27,8 @@ FRAMEWORKS = ["openai_agents", "camel", "langchain"]
 # of integrations/compat/<name>/requirements.txt.
 COMPAT = ["pydantic_ai", "smolagents", "autogen", "agno", "llamaindex", "haystack", "dspy"]
 TEST_TOOLS = ["pytest>=8", "pytest-asyncio>=0.24", "packaging>=24"]
+# The repository's tools (dev/, not published): the integration matrix and the README runner.
+DEV = "dev"
 LOCAL_WHEELS = Path("/opt/wheels")
 AREAL = "areal==1.0.4"
 # AReaL is installed with --no-deps: it pins torch<2.11 and transformers<=5.3 (and CUDA-only
@@ -56,7 +58,7 @@ def integration(session: nox.Session, framework: str) -> None:
     with `train`: `make demo` and bench/learn_frameworks.py run `rltap train` on the examples in
     these venvs) + one adapter with its framework, then run that adapter's tests."""
     core = "core[embedded,testing,ray,train]"
-    _install(session, "-e", core, "-e", f"integrations/{framework}", *TEST_TOOLS)
+    _install(session, "-e", core, "-e", DEV, "-e", f"integrations/{framework}", *TEST_TOOLS)
     session.run("pytest", "-q", "-p", "no:cacheprovider", f"integrations/{framework}/tests")
 
 
@@ -65,9 +67,8 @@ def integration(session: nox.Session, framework: str) -> None:
 def compat(session: nox.Session, framework: str) -> None:
     """Core with the scripted engine + one framework that needs no adapter, then its tests."""
     folder = f"integrations/compat/{framework}"
-    _install(
-        session, "-e", "core[embedded,testing]", "-r", f"{folder}/requirements.txt", *TEST_TOOLS
-    )
+    core = "core[embedded,testing]"
+    _install(session, "-e", core, "-e", DEV, "-r", f"{folder}/requirements.txt", *TEST_TOOLS)
     session.run("pytest", "-q", "-p", "no:cacheprovider", f"{folder}/tests")
 
 

@@ -9,7 +9,7 @@ and differences, `examples/make_arithmetic_splits.py`), rewarded by its `shaped_
 the right answer, partial credit for the format, a near miss and, for the Agents SDK, the right
 tool call: each example's docstring says why), with `--eval-data` the first `--eval-rows` of its
 `eval.jsonl` (held out, greedy, evaluated before step 1 and every `--eval-every` steps). The
-model is SmolLM2 as `make demo` converts it (`rltap.cli.demo_model`), on the embedded transformers
+model is SmolLM2 as `make demo` converts it (`rltap_dev.demo_model`), on the embedded transformers
 engine, fp32, one torch thread; each framework runs in its own venv (bench/rl_sanity.py's, made
 by the Makefile's target when missing). The bench's flags, when given, win over train.toml.
 
@@ -54,8 +54,8 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from rltap.cli.demo_train import logged_child, watch_steps
 from rltap.train.run_dir import read_metrics
+from rltap_dev.demo_train import logged_child, watch_steps
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from rl_sanity import EXAMPLES, ROOT, framework_python, smollm2_dir

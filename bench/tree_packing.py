@@ -14,7 +14,7 @@ the tree's logprob of a generated token and the individual forward's. Goals: tre
 tokens <= 0.2 on (a); tree forward >= 3x faster than individual on (a); tree tokens <= concat
 tokens on (b) and (c).
 
-Models: the tiny random Qwen2 of the tests, SmolLM2-135M-Instruct as `rltap.cli.demo_model` converts
+Models: the tiny random Qwen2 of the tests, SmolLM2-135M-Instruct as `rltap_dev.demo_model` converts
 it (the folder it cached under ~/.cache/rltap/models; converting needs `make demo`'s packages),
 and `qwen0.5b`, a Qwen2.5-0.5B-sized config with random weights (for a GPU:
 bench/tree_packing_gpu.sh).
@@ -188,9 +188,9 @@ def measure(
 
 
 def smollm2_dir() -> str:
-    """SmolLM2 as `rltap.cli.demo_model` builds it; without its packages (the GGUF's package names
+    """SmolLM2 as `rltap_dev.demo_model` builds it; without its packages (the GGUF's package names
     the cached folder), the folder it already cached."""
-    from rltap.cli.demo_model import cached_smollm2_dir, default_cache_dir
+    from rltap_dev.demo_model import cached_smollm2_dir, default_cache_dir
 
     try:
         return str(cached_smollm2_dir())

@@ -113,7 +113,7 @@ def model_dir(args: argparse.Namespace) -> Path:
         from rltap.testing import cached_tiny_model_dir
 
         return cached_tiny_model_dir(seed=0)
-    from rltap.cli.demo_model import cached_smollm2_dir
+    from rltap_dev.demo_model import cached_smollm2_dir
 
     try:
         return cached_smollm2_dir()

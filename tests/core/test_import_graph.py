@@ -21,7 +21,6 @@ PROXY_USERS = {
     "rltap",
     "rltap.areal.proxy.client_session",
     "rltap.cli.commands",
-    "rltap.cli.demo",
     "rltap.rollout.runner",
     "rltap.rollout.serving",
     "rltap.train.loop",

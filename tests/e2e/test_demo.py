@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from rltap.cli.demo import EXAMPLES
-from rltap.cli.demo_train import TRAIN_STEPS_TINY
 from rltap.rollout.runner import load_batch, load_trajectories
+from rltap_dev.demo import EXAMPLES
+from rltap_dev.demo_train import TRAIN_STEPS_TINY
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ROWS = 1
@@ -99,8 +99,8 @@ def test_plan_copies_each_examples_rows_and_names_what_is_missing(tmp_path: Path
     from rich.console import Console
 
     from rltap.cli.commands import build_parser
-    from rltap.cli.demo import demo_table, plan_runs
     from rltap.config import DemoConfig, from_namespace
+    from rltap_dev.demo import demo_table, plan_runs
 
     python = sys.executable
     args = build_parser().parse_args(
@@ -129,7 +129,7 @@ def test_plan_copies_each_examples_rows_and_names_what_is_missing(tmp_path: Path
 
 
 def test_training_is_the_langchain_agent_with_its_examples_settings(tmp_path: Path) -> None:
-    from rltap.cli.demo_train import TRAIN_EXAMPLE, TRAIN_STEPS, plan_training
+    from rltap_dev.demo_train import TRAIN_EXAMPLE, TRAIN_STEPS, plan_training
 
     python = Path(sys.executable)
     run = plan_training(REPO_ROOT, tmp_path, python=python, model="/models/m", tiny=False)
@@ -172,7 +172,7 @@ def test_a_failed_training_run_shows_the_end_of_its_log(tmp_path: Path) -> None:
 
     from rich.console import Console
 
-    from rltap.cli.demo_train import TrainRun, run_training_child
+    from rltap_dev.demo_train import TrainRun, run_training_child
 
     run = TrainRun(tmp_path / "train", steps=2)
     script = "import sys\nfor i in range(40): print('line', i)\nsys.exit('ValueError: [bad] pack')"

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from rltap.testing.matrix import AdapterMatrixTests, final_answer_reward
 from rltap.testing.sdk_agents import AnthropicSDKAgent, OpenAISDKAgent
 from rltap.testing.structured import AnthropicSDKParseAgent, OpenAISDKParseAgent, forecast_reward
+from rltap_dev.matrix import AdapterMatrixTests, final_answer_reward
 
 
 class TestOpenAISDKMatrix(AdapterMatrixTests):

@@ -39,9 +39,6 @@ MOVED = {
     "rltap.subproc": "rltap.rollout.subproc",
     "rltap.progress": "rltap.rollout.progress",
     "rltap.distributed": "rltap.rollout.ray",
-    "rltap.demo": "rltap.cli.demo",
-    "rltap.demo_model": "rltap.cli.demo_model",
-    "rltap.demo_train": "rltap.cli.demo_train",
 }
 
 

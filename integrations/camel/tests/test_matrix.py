@@ -1,4 +1,4 @@
-"""CAMEL's cells of the integration matrix (`rltap.testing.matrix`): inline and subprocess,
+"""CAMEL's cells of the integration matrix (`rltap_dev.matrix`): inline and subprocess,
 streamed and not, Chat Completions (CAMEL's OpenAI-compatible backend speaks nothing else); the
 structured-output column runs `ChatAgent.step(..., response_format=Forecast)`."""
 
@@ -8,9 +8,9 @@ from typing import Any
 
 from camel_episodes import chat_step, forecast_step
 
-from rltap.testing.matrix import AdapterMatrixTests, final_answer_reward
 from rltap.testing.structured import forecast_reward
 from rltap_camel import CamelAdapter
+from rltap_dev.matrix import AdapterMatrixTests, final_answer_reward
 
 
 class TestCamelMatrix(AdapterMatrixTests):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rltap.testing import RunningProxy
 from rltap.testing.harness import check_episode
-from rltap.testing.readme import run_quickstart
+from rltap_dev.readme import run_quickstart
 
 README = Path(__file__).resolve().parents[3] / "README.md"
 

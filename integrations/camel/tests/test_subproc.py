@@ -7,7 +7,7 @@ from test_role_playing import TASK, check_role_play
 
 from rltap.rollout.workflow import OpenAIProxyWorkflow
 from rltap.testing import RunningProxy
-from rltap.testing.matrix import shared_agent_pool
+from rltap_dev.matrix import shared_agent_pool
 
 
 async def test_episodes_run_in_a_worker_process(proxy: RunningProxy) -> None:

@@ -1,4 +1,4 @@
-"""LangChain's cells of the integration matrix (`rltap.testing.matrix`).
+"""LangChain's cells of the integration matrix (`rltap_dev.matrix`).
 
 inline | subproc x stream | no stream x Chat Completions | Responses: the `create_agent` tool
 agent, and `create_agent(response_format=Forecast)` for the structured-output column, through
@@ -11,7 +11,7 @@ from typing import ClassVar
 
 from lc_builders import make_adapter, make_structured_adapter
 
-from rltap.testing.matrix import AdapterMatrixTests
+from rltap_dev.matrix import AdapterMatrixTests
 from rltap_langchain import LangChainAdapter
 
 

@@ -8,8 +8,8 @@ from typing import Any
 
 from agents import Agent, RunConfig, Runner, function_tool
 
-from rltap.testing.matrix import final_answer_reward
 from rltap.testing.structured import Forecast, forecast_reward
+from rltap_dev.matrix import final_answer_reward
 from rltap_openai_agents import OpenAIAgentsAdapter
 
 FINAL_ANSWER = "Final answer: 5"  # tool_loop calls calculate("2+3"), then answers with its result

@@ -1,4 +1,4 @@
-"""The OpenAI Agents SDK's cells of the integration matrix (`rltap.testing.matrix`).
+"""The OpenAI Agents SDK's cells of the integration matrix (`rltap_dev.matrix`).
 
 inline | subproc x stream | no stream x Chat Completions | Responses: the calculator agent (a real
 `function_tool`), and an agent with `output_type=Forecast` for the structured-output column, through
@@ -11,7 +11,7 @@ from typing import ClassVar
 
 from oa_agents_for_tests import make_adapter, make_structured_adapter
 
-from rltap.testing.matrix import AdapterMatrixTests
+from rltap_dev.matrix import AdapterMatrixTests
 from rltap_openai_agents import OpenAIAgentsAdapter
 
 

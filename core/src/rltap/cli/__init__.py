@@ -1,4 +1,4 @@
-"""The `rltap` command line (`main`) and the commands that only it runs (`rltap demo`)."""
+"""The `rltap` command line (`main`) and its commands."""
 
 from __future__ import annotations
 

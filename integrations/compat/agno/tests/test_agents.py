@@ -24,9 +24,9 @@ from agno.team import Team
 from pydantic import BaseModel, Field
 
 from rltap.testing.harness import ProxyFactory
-from rltap.testing.matrix import MULTI_AGENT, STRUCTURED, TOOL_LOOP, Cell, recorded_cell
 from rltap.testing.scripts import tool_call_text, tool_names
 from rltap.testing.trees import assert_one_tree, assert_reward_reaches_every_call, run_session
+from rltap_dev.matrix import MULTI_AGENT, STRUCTURED, TOOL_LOOP, Cell, recorded_cell
 
 FRAMEWORK = "agno"
 Messages = Sequence[Mapping[str, Any]]

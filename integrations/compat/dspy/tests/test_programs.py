@@ -19,9 +19,9 @@ import pytest
 from pydantic import BaseModel
 
 from rltap.testing.harness import ProxyFactory
-from rltap.testing.matrix import STRUCTURED, TOOL_LOOP, Cell, recorded_cell
 from rltap.testing.scripts import content_text
 from rltap.testing.trees import assert_one_tree, assert_reward_reaches_every_call, run_session
+from rltap_dev.matrix import STRUCTURED, TOOL_LOOP, Cell, recorded_cell
 
 QUESTION = "What is (2 + 3) + 4? Use the add tool."
 

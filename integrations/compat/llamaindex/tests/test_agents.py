@@ -26,10 +26,10 @@ from llama_index.core.prompts import PromptTemplate
 from llama_index.llms.openai_like import OpenAILike
 
 from rltap.testing.harness import ProxyFactory
-from rltap.testing.matrix import MULTI_AGENT, STRUCTURED, TOOL_LOOP, Cell, recorded_cell
 from rltap.testing.scripts import content_text, tool_call_text, tool_names
 from rltap.testing.structured import Forecast
 from rltap.testing.trees import assert_one_tree, assert_reward_reaches_every_call, run_session
+from rltap_dev.matrix import MULTI_AGENT, STRUCTURED, TOOL_LOOP, Cell, recorded_cell
 
 Messages = Sequence[Mapping[str, Any]]
 Tools = Sequence[Mapping[str, Any]] | None

@@ -24,7 +24,6 @@ from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
 from rltap.testing.harness import ProxyFactory
-from rltap.testing.matrix import MULTI_AGENT, STRUCTURED, TOOL_LOOP, Cell, recorded_cell
 from rltap.testing.scripts import tool_call_text, tool_names
 from rltap.testing.trees import (
     assert_one_tree,
@@ -32,6 +31,7 @@ from rltap.testing.trees import (
     link_kinds,
     run_session,
 )
+from rltap_dev.matrix import MULTI_AGENT, STRUCTURED, TOOL_LOOP, Cell, recorded_cell
 
 FRAMEWORK = "pydantic_ai"
 Messages = Sequence[Mapping[str, Any]]

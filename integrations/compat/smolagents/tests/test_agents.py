@@ -30,7 +30,6 @@ from smolagents import (
 )
 
 from rltap.testing.harness import ProxyFactory
-from rltap.testing.matrix import MULTI_AGENT, STRUCTURED, TOOL_LOOP, Cell, recorded_cell
 from rltap.testing.scripts import content_text, tool_call_text, tool_names
 from rltap.testing.trees import (
     assert_one_tree,
@@ -38,6 +37,7 @@ from rltap.testing.trees import (
     link_kinds,
     run_session,
 )
+from rltap_dev.matrix import MULTI_AGENT, STRUCTURED, TOOL_LOOP, Cell, recorded_cell
 
 ADD_TASK = "What is 2 + 3? Use the add tool."
 MULTIPLY_TASK = "What is 2 * 3? Use the multiply tool."

@@ -1,4 +1,4 @@
-"""rltap.testing.readme: fenced blocks found as written, placeholders that cannot go stale,
+"""rltap_dev.readme: fenced blocks found as written, placeholders that cannot go stale,
 Python blocks with top-level await."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rltap.testing.readme import CodeBlock, code_blocks, find_blocks, run_python, substitute
+from rltap_dev.readme import CodeBlock, code_blocks, find_blocks, run_python, substitute
 
 MARKDOWN = """# Title
 

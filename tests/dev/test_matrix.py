@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rltap.testing.matrix import (
+from rltap_dev.matrix import (
     MULTI_AGENT,
     STRUCTURED,
     TOOL_LOOP,

@@ -24,7 +24,7 @@ An integration's matrix test is a subclass:
         def make_structured_agent(self, *, stream, wire_format): ...   # reward: forecast_reward
 
 Each cell's result is appended to `$RLTAP_MATRIX_DIR/<framework>.jsonl` (default `.matrix/` in
-the working directory); `python -m rltap.testing.matrix [DIR]` prints every cell as one table,
+the working directory); `python -m rltap_dev.matrix [DIR]` prints every cell as one table,
 which `make test` does after the nox sessions.
 """
 

@@ -1,6 +1,6 @@
 """`rltap demo`: the whole system on a real small chat model, with the three framework examples.
 
-The engine (embedded transformers; SmolLM2-135M-Instruct by default, see `rltap.cli.demo_model`) and
+The engine (embedded transformers; SmolLM2-135M-Instruct by default, see `rltap_dev.demo_model`) and
 the proxy run in this process on 127.0.0.1. Each framework's example then runs as `rltap rollout
 examples/<name>/agent.py:Agent --proxy URL` with the Python of that framework's own virtual
 environment: the frameworks pin conflicting versions (camel-ai wants pydantic<=2.12.0,
@@ -10,7 +10,7 @@ rows it ran (`data.jsonl`) and its log (`rollout.log`) to `runs/demo-<timestamp>
 and one table is built from their `summary.json`.
 
 Then the loop closes: `rltap train` trains the LangChain agent on its arithmetic task, on the
-same model, for a few steps, with its held-out reward after each (`rltap.cli.demo_train`); its table
+same model, for a few steps, with its held-out reward after each (`rltap_dev.demo_train`); its table
 and run folder (`runs/demo-<timestamp>/train/`) end the demo.
 """
 
@@ -23,7 +23,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 from rich.console import Console
@@ -31,20 +31,18 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 from rich.table import Table
 from transformers.utils import logging as transformers_logging
 
-from rltap.cli.demo_model import demo_model
-from rltap.cli.demo_train import (
+from rltap.config import ConfigError, DemoConfig
+from rltap.protocols import SPECS
+from rltap.proxy import ProxyServer, ServeSetup
+from rltap.rollout.runner import LEDGER, SUMMARY, RolloutSummary
+from rltap_dev.demo_model import demo_model
+from rltap_dev.demo_train import (
     TRAIN_FRAMEWORK,
     child_failure,
     logged_child,
     plan_training,
     train_framework_agent,
 )
-from rltap.protocols import SPECS
-from rltap.proxy import ProxyServer, ServeSetup, create_app, serve_config
-from rltap.rollout.runner import LEDGER, SUMMARY, RolloutSummary
-
-if TYPE_CHECKING:
-    from rltap.config import DemoConfig
 
 __all__ = [
     "EXAMPLES",
@@ -102,7 +100,7 @@ def repo_root() -> Path:
         if (candidate / "examples").is_dir():
             return candidate
     msg = "run `rltap demo` from the rltap repository (no examples/ folder here)"
-    raise SystemExit(msg)
+    raise ConfigError(msg)
 
 
 def _pythons(root: Path, overrides: list[str]) -> dict[str, Path]:
@@ -113,7 +111,7 @@ def _pythons(root: Path, overrides: list[str]) -> dict[str, Path]:
         framework, sep, path = item.partition("=")
         if not sep or framework not in pythons:
             msg = f"--python takes FRAMEWORK=PATH with FRAMEWORK one of {', '.join(FRAMEWORKS)}"
-            raise SystemExit(msg)
+            raise ConfigError(msg)
         pythons[framework] = Path(path)
     return pythons
 
@@ -123,7 +121,7 @@ def _selected(frameworks: list[str] | None) -> list[Example]:
     unknown = sorted(set(names) - set(FRAMEWORKS))
     if unknown:
         msg = f"unknown framework {', '.join(unknown)}; choose from {', '.join(FRAMEWORKS)}"
-        raise SystemExit(msg)
+        raise ConfigError(msg)
     return [example for example in EXAMPLES if example.framework in names]
 
 
@@ -213,7 +211,7 @@ async def run_all(
     runs: list[DemoRun], setup: ServeSetup, admin_key: str, root: Path, console: Console
 ) -> None:
     """Start the proxy, run every runnable framework at once with live progress."""
-    app = create_app(setup.engine, setup.renderer, setup.config)
+    app = setup.app(admin_key)
     columns = (
         TextColumn("{task.description:<14}"),
         BarColumn(),
@@ -302,10 +300,12 @@ def demo_command(config: DemoConfig) -> int:
     console = Console(stderr=True, soft_wrap=True)  # log lines stay whole when not a terminal
     root = repo_root()
     if (config.rows is not None and config.rows < 1) or config.group_size < 1:
-        raise SystemExit("--rows and --group-size must be at least 1")
+        msg = "--rows and --group-size must be at least 1"
+        raise ConfigError(msg)
     engine = config.serve.engine
     if config.tiny and engine.model:
-        raise SystemExit("--tiny and --model exclude each other")
+        msg = "--tiny and --model exclude each other"
+        raise ConfigError(msg)
     run_dir = Path(config.out) / time.strftime("demo-%Y%m%d-%H%M%S")
     runs = plan_runs(config, root, run_dir)
     model, model_note = demo_model(engine.model, tiny=config.tiny, say=console.print)
@@ -321,7 +321,7 @@ def demo_command(config: DemoConfig) -> int:
     admin_key = secrets.token_urlsafe(24)
     transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     if any(not run.problem for run in runs):
-        setup = serve_config(serve, admin_key)
+        setup = ServeSetup.load(serve)
         asyncio.run(run_all(runs, setup, admin_key, root, console))
     out = Console() if sys.stdout.isatty() else Console(width=200)
     out.print(demo_table(runs))
