@@ -1,15 +1,22 @@
-"""Every code block of README.md, run as written, in the order the README shows them.
+"""Every code block of README.md and of docs/*.md, run as written: the README first, then the
+docs pages in name order, in one walk (a page may read what a README block wrote: the
+quickstart's `runs/quickstart`, the training run's `runs/train`).
 
 - `sh` blocks are split into commands. Each `rltap serve` line starts for real on a free port
   (vLLM's and SGLang's against the fakes the engine tests use) until `/health` answers and one
-  chat completion goes through; `rltap rollout` and `rltap models` lines run to the end and
-  their files are checked. `make demo` and `make test` are what `make demo` and CI run.
+  chat completion goes through; `rltap rollout`, `train`, `models`, `inspect`, `export` and
+  `view` lines run and their files are checked. `make demo` and `make test` are what `make
+  demo` and CI run.
 - `python` blocks run in this interpreter (top-level `await` allowed). One whose first line is
   `# <name>.py` is that file: it is written where the commands run. One importing a framework
   adapter runs in that framework's venv: `integrations/<fw>/tests/test_readme_quickstart.py`.
+- `console` blocks are commands for machines this test is not (a Ray cluster, GPU nodes): each
+  `rltap` command in one is parsed by rltap's own parser, each repository file it names must
+  exist, and nothing runs.
 - `text` blocks are `make demo`'s table: its columns and frameworks must be the demo's.
-- `tree` blocks are the drawn trees of "How calls are linked": `tests/tree/test_links.py`
-  builds each one and checks its links and rewards.
+- `tree` blocks are the drawn trees of docs/recording.md's "How calls are linked":
+  `tests/tree/test_links.py` builds each one and checks its links and rewards.
+- `diagram` blocks are drawings.
 
 The only edits are PLACEHOLDERS (a model folder, the engine servers' addresses), the port of each
 `rltap serve` (a free one; the README's proxy at 127.0.0.1:8000 is the first one started) and
@@ -18,6 +25,7 @@ The only edits are PLACEHOLDERS (a model folder, the engine servers' addresses),
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import importlib.util
@@ -26,7 +34,6 @@ import os
 import re
 import shlex
 import socket
-import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -36,11 +43,17 @@ from types import ModuleType
 import httpx
 import pytest
 
-from rltap.testing.readme import README_PROXY, CodeBlock, code_blocks, run_python
+from rltap.cli.commands import build_parser
+from rltap_dev.readme import README_PROXY, CodeBlock, code_blocks, run_python
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 README = REPO_ROOT / "README.md"
-BLOCKS = code_blocks(README)
+DOCUMENTS = [README, *sorted((REPO_ROOT / "docs").glob("*.md"))]
+BLOCKS = [
+    (doc.relative_to(REPO_ROOT).as_posix(), block)
+    for doc in DOCUMENTS
+    for block in code_blocks(doc)
+]
 
 MODEL = "/models/Qwen2.5-0.5B-Instruct"  # the tiny test model stands in for it
 PROXY = README_PROXY  # the first `rltap serve` the README shows
@@ -60,24 +73,27 @@ FRAMEWORK_MODULES = {
 }
 RUN_HERE = ("serve", "rollout", "train", "models", "inspect", "export", "view")
 _FILE_BLOCK = re.compile(r"# (?P<name>[\w.-]+\.py)")
+_REPOSITORY_FILE = re.compile(r"^(?:bench|examples|scripts)/[\w./-]+\.py$")
 
 
 class NoRunner(AssertionError):
-    """A README block or command that no rule here knows how to run."""
+    """A block or command that no rule here knows how to run."""
 
 
 @dataclass(frozen=True, slots=True)
 class Step:
     """One thing to run: a whole block, or one command of a shell block."""
 
+    doc: str  # the document, relative to the repository: README.md, docs/engines.md
     block: CodeBlock
-    kind: str  # python | file | framework | output | make | serve | rollout | models
+    kind: str  # python | file | framework | output | make | serve | rollout | console | ...
     argv: tuple[str, ...] = ()
     target: str = ""  # the file a `file` block is; the framework of a `framework` block
 
     @property
     def label(self) -> str:
-        return f"README.md:{self.block.line} {shlex.join(self.argv) if self.argv else self.kind}"
+        shown = shlex.join(self.argv) if self.argv else self.kind
+        return f"{self.doc}:{self.block.line} {shown}"
 
 
 def _commands(text: str) -> Iterator[list[str]]:
@@ -88,53 +104,57 @@ def _commands(text: str) -> Iterator[list[str]]:
             yield argv
 
 
-def _python_step(block: CodeBlock) -> Step:
+def _python_step(doc: str, block: CodeBlock) -> Step:
     first = block.text.splitlines()[0] if block.text.strip() else ""
     named = _FILE_BLOCK.fullmatch(first)
     if named is not None:
-        return Step(block, "file", target=named.group("name"))
+        return Step(doc, block, "file", target=named.group("name"))
     imported = [
         framework
         for module, framework in FRAMEWORK_MODULES.items()
         if re.search(rf"^(from {module} import|import {module}\b)", block.text, re.MULTILINE)
     ]
     if len(imported) > 1:
-        msg = f"README.md:{block.line}: one framework per block, found {imported}"
+        msg = f"{doc}:{block.line}: one framework per block, found {imported}"
         raise NoRunner(msg)
     if imported:
-        return Step(block, "framework", target=imported[0])
-    return Step(block, "python")
+        if doc != "README.md":
+            msg = f"{doc}:{block.line}: framework blocks are the README's quickstarts"
+            raise NoRunner(msg)
+        return Step(doc, block, "framework", target=imported[0])
+    return Step(doc, block, "python")
 
 
-def _shell_step(block: CodeBlock, argv: list[str]) -> Step:
+def _shell_step(doc: str, block: CodeBlock, argv: list[str]) -> Step:
     if tuple(argv) in COVERED_ELSEWHERE:
-        return Step(block, "make", tuple(argv))
+        return Step(doc, block, "make", tuple(argv))
     if argv[0] == "rltap" and len(argv) > 1 and argv[1] in RUN_HERE:
-        return Step(block, argv[1], tuple(argv))
-    msg = f"README.md:{block.line}: no rule runs `{shlex.join(argv)}`; add one to {__name__}"
+        return Step(doc, block, argv[1], tuple(argv))
+    msg = f"{doc}:{block.line}: no rule runs `{shlex.join(argv)}`; add one to {__name__}"
     raise NoRunner(msg)
 
 
-def plan(block: CodeBlock) -> list[Step]:
-    """What running `block` means; raises NoRunner for a block no rule covers."""
+def plan(block: CodeBlock, doc: str = "README.md") -> list[Step]:
+    """What running `block` of `doc` means; raises NoRunner for a block no rule covers."""
     if block.language == "python":
-        return [_python_step(block)]
+        return [_python_step(doc, block)]
     if block.language == "sh":
-        return [_shell_step(block, argv) for argv in _commands(block.text)]
-    if block.language == "text":
-        return [Step(block, "output")]
-    if block.language == "tree":
-        return [Step(block, "tree")]
-    if block.language == "diagram":  # a drawing: nothing to run
-        return [Step(block, "diagram")]
-    msg = f"README.md:{block.line}: no rule runs a {block.language or 'plain'!r} block"
+        return [_shell_step(doc, block, argv) for argv in _commands(block.text)]
+    if block.language == "console":
+        return [Step(doc, block, "console", tuple(argv)) for argv in _commands(block.text)]
+    if block.language in ("text", "tree", "diagram"):
+        kind = {"text": "output"}.get(block.language, block.language)
+        return [Step(doc, block, kind)]
+    msg = f"{doc}:{block.line}: no rule runs a {block.language or 'plain'!r} block"
     raise NoRunner(msg)
 
 
-@pytest.mark.parametrize("block", [pytest.param(b, id=b.label) for b in BLOCKS])
-def test_every_block_has_a_runner(block: CodeBlock) -> None:
-    steps = plan(block)
-    assert steps, f"README.md:{block.line}: an empty block"
+@pytest.mark.parametrize(
+    ("doc", "block"), [pytest.param(d, b, id=f"{d}:{b.label}") for d, b in BLOCKS]
+)
+def test_every_block_has_a_runner(doc: str, block: CodeBlock) -> None:
+    steps = plan(block, doc)
+    assert steps, f"{doc}:{block.line}: an empty block"
 
 
 @pytest.mark.parametrize(
@@ -152,9 +172,15 @@ def test_a_block_no_rule_covers_fails(language: str, text: str) -> None:
         plan(CodeBlock(language, text, line=1, heading=""))
 
 
-def test_the_readme_shows_each_kind_of_block() -> None:
-    kinds = {step.kind for block in BLOCKS for step in plan(block)}
-    assert kinds >= {
+def test_a_framework_block_outside_the_readme_fails() -> None:
+    block = CodeBlock("python", "from rltap_camel import CamelAdapter\n", line=1, heading="")
+    with pytest.raises(NoRunner, match="README's quickstarts"):
+        plan(block, "docs/frameworks.md")
+
+
+def test_the_documents_show_each_kind_of_block() -> None:
+    steps = [step for doc, block in BLOCKS for step in plan(block, doc)]
+    assert {step.kind for step in steps} >= {
         "python",
         "file",
         "framework",
@@ -163,65 +189,104 @@ def test_the_readme_shows_each_kind_of_block() -> None:
         "serve",
         "rollout",
         "train",
+        "models",
+        "inspect",
+        "export",
+        "view",
+        "console",
+        "tree",
         "diagram",
     }
-    frameworks = {
-        step.target for block in BLOCKS for step in plan(block) if step.kind == "framework"
-    }
+    frameworks = {step.target for step in steps if step.kind == "framework"}
     assert frameworks == set(FRAMEWORK_MODULES.values())
 
 
 # -- flags -----------------------------------------------------------------------------------
 
 
-def _help(command: str) -> str:
-    result = subprocess.run(
-        [sys.executable, "-m", "rltap.cli", command, "--help"],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**os.environ, "COLUMNS": "200"},
-    )
-    return result.stdout
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    (action,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(action.choices)
 
 
-def _table_flags(section: str, column: int = 1) -> list[str]:
-    """The flags in `column` (1: the first) of the table under the heading `section`."""
-    text = README.read_text(encoding="utf-8")
-    start = text.index(f"\n{section}\n")
-    body = text[start + len(section) + 2 :]
-    end = re.search(r"^#", body, re.MULTILINE)
-    rows = [ln for ln in body[: end.start() if end else None].splitlines() if ln.startswith("|")]
-    cells = [row.split("|")[column] for row in rows[2:]]
-    flags = [flag for cell in cells for flag in re.findall(r"--[a-z][a-z-]*", cell)]
-    assert flags, f"no flags under {section}"
-    return flags
+def _flags(command: str) -> set[str]:
+    """The option strings `rltap <command>` takes."""
+    parser = _subparsers(build_parser())[command]
+    return {flag for action in parser._actions for flag in action.option_strings}
+
+
+def _table(doc: str, heading: str) -> list[list[str]]:
+    """The cells of the body rows of the first table under the heading line `heading`."""
+    lines = (REPO_ROOT / doc).read_text(encoding="utf-8").splitlines()
+    start = lines.index(heading)
+    rows = []
+    for line in lines[start + 1 :]:
+        if line.startswith("#"):
+            break
+        if line.startswith("|"):
+            rows.append([cell.strip() for cell in line.strip("|").split("|")])
+        elif rows:
+            break
+    assert len(rows) > 2, f"{doc}: no table under {heading!r}"
+    return rows[2:]
+
+
+def test_the_engines_table_names_flags_of_every_command_that_starts_an_engine() -> None:
+    rows = _table("docs/engines.md", "# Engines")
+    flags = {flag for row in rows for flag in re.findall(r"--[a-z][a-z-]*", row[1])}
+    assert flags >= {"--engine", "--model", "--url", "--tokenizer", "--script"}
+    for command in ("serve", "rollout", "eval", "train", "demo"):
+        assert flags <= _flags(command), f"rltap {command} lacks {flags - _flags(command)}"
+
+
+def test_the_store_commands_table_names_their_real_flags() -> None:
+    rows = _table("docs/recording.md", "### The flags of `rltap export`, `inspect` and `view`")
+    for row in rows:
+        command, *_ = row[0].strip("`").split()
+        flags = re.findall(r"--[a-z][a-z-]*", row[0])
+        assert flags, row
+        assert set(flags) <= _flags(command), (
+            f"rltap {command} lacks {set(flags) - _flags(command)}"
+        )
+
+
+def _console(step: Step) -> None:
+    """A command for another machine: an `rltap` one must parse; repository files must exist."""
+    for word in step.argv:
+        if _REPOSITORY_FILE.match(word):
+            assert (REPO_ROOT / word).is_file(), f"{step.label}: {word} does not exist"
+    if step.argv[0] != "rltap":
+        return
+    try:
+        build_parser().parse_args(list(step.argv[1:]))
+    except SystemExit as exc:  # argparse's usage error
+        raise AssertionError(f"{step.label}: rltap refuses this command") from exc
+
+
+CONSOLE = [
+    step for doc, block in BLOCKS if block.language == "console" for step in plan(block, doc)
+]
+
+
+@pytest.mark.parametrize("step", [pytest.param(step, id=step.label) for step in CONSOLE])
+def test_console_commands_parse_and_name_files_that_exist(step: Step) -> None:
+    _console(step)
 
 
 @pytest.mark.parametrize(
-    ("section", "column", "commands"),
+    "argv",
     [
-        pytest.param("### `rltap serve`", 1, ["serve"], id="serve"),
-        pytest.param("### `rltap rollout AGENT`", 1, ["rollout"], id="rollout"),
-        pytest.param("### `rltap train AGENT`", 1, ["train"], id="train"),
-        pytest.param("### `rltap eval AGENT`", 1, ["eval"], id="eval"),
-        pytest.param("### `rltap demo`", 1, ["demo"], id="demo"),
-        pytest.param("## Engines", 2, ["serve", "rollout", "demo"], id="engines"),
+        pytest.param(
+            ["rltap", "train", "a.py:A", "--data", "d", "--out", "o", "--stepz", "1"], id="flag"
+        ),
+        pytest.param(["rltap", "serve", "--engine", "vllm2"], id="choice"),
+        pytest.param([".venv/bin/python", "bench/no_such_bench.py"], id="file"),
     ],
 )
-def test_flag_tables_name_real_flags(section: str, column: int, commands: list[str]) -> None:
-    flags = _table_flags(section, column)
-    for command in commands:
-        listed = set(re.findall(r"--[a-z][a-z-]*", _help(command)))
-        assert not set(flags) - listed, f"rltap {command} --help lacks {set(flags) - listed}"
-
-
-def test_serve_flags_from_engine_down_also_apply_to_rollout_train_and_demo() -> None:
-    flags = _table_flags("### `rltap serve`")
-    shared = flags[flags.index("--engine") :]
-    for command in ("rollout", "train", "demo"):
-        listed = set(re.findall(r"--[a-z][a-z-]*", _help(command)))
-        assert not set(shared) - listed, f"rltap {command} --help lacks {set(shared) - listed}"
+def test_a_console_command_rltap_would_refuse_fails(argv: list[str]) -> None:
+    step = Step("docs/x.md", CodeBlock("console", shlex.join(argv), 1, ""), "console", tuple(argv))
+    with pytest.raises(AssertionError):
+        _console(step)
 
 
 # -- running the blocks ----------------------------------------------------------------------
@@ -413,7 +478,7 @@ async def _rollout(walk: Walk, step: Step) -> None:
 
 
 async def _train(walk: Walk, step: Step) -> None:
-    """`rltap train` on the tiny model, the repository's examples found from the README's cwd."""
+    """`rltap train` on the tiny model, the repository's examples found from the walk's cwd."""
     examples = {arg: str(REPO_ROOT / arg) for arg in step.argv if arg.startswith("examples/")}
     argv = walk.rltap(step, {MODEL: str(walk.model_dir), **examples})
     await walk.run(argv, step.label)
@@ -433,11 +498,11 @@ async def _python(walk: Walk, step: Step) -> None:
         source = source.replace(placeholder, value)
     if PROXY in source:
         raise NoRunner(f"{step.label}: uses the proxy before any `rltap serve` block")
-    await run_python(source, name=f"readme_block_{step.block.line}")
+    await run_python(source, name=re.sub(r"\W", "_", f"block_{step.doc}_{step.block.line}"))
 
 
 def _output(step: Step) -> None:
-    from rltap.cli.demo import EXAMPLES, demo_table
+    from rltap_dev.demo import EXAMPLES, demo_table
 
     headers = [str(column.header) for column in demo_table([]).columns]
     lines = step.block.text.splitlines()
@@ -466,8 +531,11 @@ async def _run_step(walk: Walk, step: Step) -> None:
     elif step.kind == "diagram":
         pass
     elif step.kind == "tree":
-        test = REPO_ROOT / "tests" / "core" / "test_links.py"
-        assert "def test_the_readme_draws_the_trees_test_links_builds" in test.read_text()
+        test = (REPO_ROOT / "tests" / "tree" / "test_links.py").read_text()
+        assert "def test_the_docs_draw_the_trees_test_links_builds" in test
+        assert f'"{step.doc}"' in test, f"{step.label}: tests/tree/test_links.py reads no such page"
+    elif step.kind == "console":
+        _console(step)
     elif step.kind == "serve":
         await _serve(walk, step)
     elif step.kind == "rollout":
@@ -491,7 +559,7 @@ async def _run_step(walk: Walk, step: Step) -> None:
 
 
 @pytest.mark.slow
-async def test_readme_blocks_run_as_written(
+async def test_readme_and_docs_blocks_run_as_written(
     tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for name in list(os.environ):
@@ -501,7 +569,7 @@ async def test_readme_blocks_run_as_written(
     monkeypatch.chdir(tmp_path)
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps(row) + "\n" for row in ROWS))
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-    steps = [step for block in BLOCKS for step in plan(block)]
+    steps = [step for doc, block in BLOCKS for step in plan(block, doc)]
     async with contextlib.AsyncExitStack() as stack:
         walk = Walk(tmp_path, tiny_model_dir, stack, env)
         for step in steps:

@@ -342,7 +342,8 @@ def test_an_export_limited_to_some_agents_keeps_the_credit_of_the_others() -> No
 
 
 def readme_trees() -> dict[str, tuple[Episode, list[InteractionWithTokenLogpReward]]]:
-    """The trees drawn in the README's "How calls are linked", each with its last call rewarded."""
+    """The trees drawn in docs/recording.md's "How calls are linked", each with its last call
+    rewarded."""
     trees = {}
     episode = Episode()
     a = episode.call([system("sys"), user("q1")], reply("a1"))
@@ -422,9 +423,10 @@ def test_a_sub_agent_whose_caller_never_went_on_gets_its_own_reward_only() -> No
 
 
 def drawn_trees() -> dict[str, tuple[list[str], list[float]]]:
-    """The README's `tree` block: each tree's title, its children's link words, every reward."""
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    [block] = re.findall(r"```tree\n(.*?)```", readme, re.DOTALL)
+    """docs/recording.md's `tree` block: each tree's title, its children's link words, every
+    reward."""
+    page = (Path(__file__).parents[2] / "docs/recording.md").read_text()
+    [block] = re.findall(r"```tree\n(.*?)```", page, re.DOTALL)
     trees = {}
     for drawing in block.strip().split("\n\n"):
         title, *lines = drawing.splitlines()
@@ -433,7 +435,7 @@ def drawn_trees() -> dict[str, tuple[list[str], list[float]]]:
     return trees
 
 
-def test_the_readme_draws_the_trees_test_links_builds() -> None:
+def test_the_docs_draw_the_trees_test_links_builds() -> None:
     expected = {
         title: ([str(link) for link in links[1:]], rewards)
         for title, (links, rewards) in README_REWARDS.items()
