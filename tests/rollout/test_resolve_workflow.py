@@ -8,11 +8,14 @@ from typing import Any
 
 import pytest
 
+from rltap.config import EpisodeConfig, RolloutConfig
+from rltap.record.errors import InvalidRequest
 from rltap.rollout.workflow import (
     GroupedRolloutWorkflow,
     OpenAIProxyWorkflow,
     RolloutWorkflow,
     WorkflowError,
+    WorkflowSettings,
     resolve_workflow,
 )
 
@@ -102,12 +105,13 @@ async def test_a_dotted_name_is_imported_then_resolved(resolve: Resolve, spec: s
 async def test_an_agent_file_is_loaded_and_its_agent_wrapped(
     resolve: Resolve, agent_spec: Callable[[str], str]
 ) -> None:
-    workflow = resolve(agent_spec("ChatAgent"), {"turns": 3}, **PROXY, mode="subproc", discount=0.9)
+    settings = WorkflowSettings(episodes=EpisodeConfig(mode="subproc", discount=0.9))
+    workflow = resolve(agent_spec("ChatAgent"), {"turns": 3}, **PROXY, settings=settings)
     assert isinstance(workflow, OpenAIProxyWorkflow)
     assert type(workflow.agent).__name__ == "ChatAgent"
     assert workflow.agent.turns == 3
     assert (workflow.proxy_addr, workflow.admin_key) == (PROXY["proxy_addr"], "admin-key")
-    assert (workflow.mode, workflow.discount) == ("subproc", 0.9)
+    assert workflow.settings is settings
 
 
 async def test_an_agent_class_is_made_with_the_kwargs_and_wrapped(resolve: Resolve) -> None:
@@ -115,19 +119,22 @@ async def test_an_agent_class_is_made_with_the_kwargs_and_wrapped(resolve: Resol
     assert isinstance(workflow, OpenAIProxyWorkflow)
     assert isinstance(workflow.agent, AsyncAgent)
     assert workflow.agent.turns == 4
-    assert workflow.mode == "inline"
+    assert workflow.settings == WorkflowSettings()
+    assert workflow.settings.episodes.mode == "inline"
 
 
 async def test_an_agent_instance_is_wrapped_as_is(resolve: Resolve) -> None:
     agent = AsyncAgent()
-    workflow = resolve(agent, **PROXY, style="concat", episode_timeout=5.0)
+    settings = WorkflowSettings(episodes=EpisodeConfig(episode_timeout=5.0), style="concat")
+    workflow = resolve(agent, **PROXY, settings=settings)
     assert isinstance(workflow, OpenAIProxyWorkflow)
     assert workflow.agent is agent
-    assert (workflow.style, workflow.episode_timeout) == ("concat", 5.0)
+    assert (workflow.style, workflow.settings.episodes.episode_timeout) == ("concat", 5.0)
 
 
 async def test_a_sync_agent_is_fine_in_subprocess_mode(resolve: Resolve) -> None:
-    workflow = resolve(SyncAgent, **PROXY, mode="subproc")
+    subproc = WorkflowSettings(episodes=EpisodeConfig(mode="subproc"))
+    workflow = resolve(SyncAgent, **PROXY, settings=subproc)
     assert isinstance(workflow, OpenAIProxyWorkflow)
     assert isinstance(workflow.agent, SyncAgent)
 
@@ -203,12 +210,6 @@ async def test_group_size_above_one_runs_groups(resolve: Resolve, target: Any) -
             id="agent-without-admin-key",
         ),
         pytest.param(
-            AsyncAgent(),
-            {"mode": "thread"},
-            r"mode must be 'inline' or 'subproc', got 'thread'",
-            id="unknown-mode",
-        ),
-        pytest.param(
             LabelledWorkflow(), {"group_size": 0}, r"group_size must be >= 1", id="group-size-0"
         ),
     ],
@@ -231,3 +232,47 @@ async def test_an_agent_file_fixed_after_a_failed_load_loads_again(
     workflow = resolve(f"{agent_file}:Agent", **PROXY)
     assert isinstance(workflow, OpenAIProxyWorkflow)
     assert type(workflow.agent).__name__ == "Agent"
+
+
+def test_the_settings_are_rltap_rollouts_flags() -> None:
+    config = RolloutConfig(
+        agent="agent.py:Agent",
+        data="rows.jsonl",
+        out="out",
+        episodes=EpisodeConfig(mode="subproc", discount=0.5, group_size=4, concurrency=2),
+        style="tree",
+        agents=["solver"],
+        link_factors=[("handoff", 0.25)],
+    )
+    settings = WorkflowSettings.of(config)
+    assert settings.episodes is config.episodes
+    assert (settings.style, settings.agents) == ("tree", ("solver",))
+    # Every link kind gets its factor: the one given, 1.0 for the others.
+    assert settings.link_factors is not None
+    assert settings.link_factors["handoff"] == 0.25
+    assert settings.link_factors["prefix"] == 1.0
+    assert settings.workers == 8  # a subprocess pool with room for every episode in flight
+
+
+@pytest.mark.parametrize(
+    ("settings", "error", "message"),
+    [
+        pytest.param(
+            {"episodes": EpisodeConfig(mode="thread")},  # type: ignore[arg-type]
+            WorkflowError,
+            r"mode must be 'inline' or 'subproc', got 'thread'",
+            id="unknown-mode",
+        ),
+        pytest.param(
+            {"link_factors": {"handof": 0.5}},
+            InvalidRequest,
+            r"link_factors key must be one of \[.*'handoff'.*\], got 'handof'",
+            id="misspelt-link-kind",
+        ),
+    ],
+)
+def test_settings_that_cannot_run_are_refused_when_made(
+    settings: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        WorkflowSettings(**settings)
