@@ -201,6 +201,50 @@ def test_the_documents_show_each_kind_of_block() -> None:
     assert frameworks == set(FRAMEWORK_MODULES.values())
 
 
+_LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
+
+
+def _anchors(path: Path) -> set[str]:
+    """The anchors GitHub gives the headings of `path`: lower case, punctuation dropped, spaces
+    as dashes."""
+    text = re.sub(r"^(```|~~~).*?^\1", "", path.read_text(encoding="utf-8"), flags=re.S | re.M)
+    titles = re.findall(r"^#{1,6}\s+(.+?)\s*$", text, re.MULTILINE)
+    return {re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-") for title in titles}
+
+
+def _check_links(doc: Path) -> None:
+    for match in _LINK.finditer(doc.read_text(encoding="utf-8")):
+        target = match["target"]
+        if re.match(r"[a-z]+:", target):  # http:, mailto:
+            continue
+        path, _, anchor = target.partition("#")
+        linked = (doc.parent / path).resolve() if path else doc
+        assert linked.exists(), f"{doc.name}: {target} links to no file"
+        if anchor:
+            assert anchor in _anchors(linked), f"{doc.name}: {target} links to no heading"
+
+
+@pytest.mark.parametrize("doc", [pytest.param(d, id=d.name) for d in DOCUMENTS])
+def test_links_between_the_documents_reach_a_file_and_heading(doc: Path) -> None:
+    _check_links(doc)
+
+
+@pytest.mark.parametrize(
+    "link",
+    [
+        pytest.param("[x](missing.md)", id="file"),
+        pytest.param("[x](other.md#no-such-heading)", id="heading"),
+        pytest.param("[x](#a-heading-in-a-code-block)", id="heading-in-code"),
+    ],
+)
+def test_a_link_to_no_file_or_heading_fails(tmp_path: Path, link: str) -> None:
+    (tmp_path / "other.md").write_text("# Other\n\n## Some heading\n")
+    doc = tmp_path / "doc.md"
+    doc.write_text(f"# Doc\n\n```python\n# a heading in a code block\n```\n\n{link}\n")
+    with pytest.raises(AssertionError):
+        _check_links(doc)
+
+
 # -- flags -----------------------------------------------------------------------------------
 
 
