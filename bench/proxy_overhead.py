@@ -1,8 +1,8 @@
 """What one proxy hop adds: the same engine called directly and through `rltap serve`.
 
-(a) vllm backend in front of an instant vLLM-compatible server (bench/fake_vllm.py answers at
-    once with fixed tokens), so only the proxy's own cost is measured. Target: median added
-    latency <= 1 ms on a 2-core machine.
+(a) vllm backend in front of an instant vLLM-compatible server (`rltap.testing.fakes.vllm`
+    answers at once with fixed tokens), so only the proxy's own cost is measured. Target: median
+    added latency <= 1 ms on a 2-core machine.
 (b) the embedded transformers engine with the tiny model (direct: the engine in this process).
 
 For each: sequential calls (direct and proxied calls interleaved, so drift hits both alike, each
@@ -44,7 +44,8 @@ from rltap.record.types import ModelRequest
 from rltap.testing.models import cached_qwen_tokenizer_dir, cached_tiny_model_dir
 
 ADMIN_KEY = "bench-admin-key-0123456789abcdef"
-BENCH = Path(__file__).resolve().parent
+# The instant vLLM-compatible server, a process of its own (the other benches start it too).
+FAKE_VLLM = [sys.executable, "-m", "rltap.testing.fakes.vllm"]
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
 QUESTION = "What is the capital of France? Answer in one word."
 Call = Callable[[], Awaitable[Any]]
@@ -169,7 +170,7 @@ async def bench_vllm(args: argparse.Namespace, progress: Progress) -> dict[str, 
     renderer = ChatRenderer.from_pretrained(tokenizer_dir)
     prompts = [renderer.render(question(i)).input_ids for i in range(args.calls)]
     fake_port = free_port()
-    fake = [sys.executable, str(BENCH / "fake_vllm.py"), "--port", str(fake_port)]
+    fake = [*FAKE_VLLM, "--port", str(fake_port)]
     fake_url = f"http://127.0.0.1:{fake_port}"
     engine_args = ("--engine", "vllm", "--url", fake_url, "--tokenizer", str(tokenizer_dir))
     sources: dict[str, Path | None] = {"proxy": None}

@@ -1,10 +1,10 @@
 """Episodes per second on 1 and 2 Ray rollout actors, and what the driver spends per episode.
 
 Each actor (1 CPU) hosts its own proxy in front of its own instant vLLM-compatible server
-(bench/fake_vllm.py answers at once with fixed tokens, as in bench/proxy_overhead.py), so what
-is measured is the actors' proxies and agents (bench/ray_agent.py: two turns an episode) and the
-driver's dispatch and file writing. Both runs go in one process on one local cluster, side by
-side: each starts its actors, warms them with a few rows, then times `--rows` rows x
+(`rltap.testing.fakes.vllm` answers at once with fixed tokens, as in bench/proxy_overhead.py),
+so what is measured is the actors' proxies and agents (bench/ray_agent.py: two turns an episode)
+and the driver's dispatch and file writing. Both runs go in one process on one local cluster,
+side by side: each starts its actors, warms them with a few rows, then times `--rows` rows x
 `--group-size` episodes into a fresh folder (`rltap.rollout.ray`, the path of `rltap rollout
 --ray`). The driver's cost is its process CPU time (its Ray threads included) per episode.
 `--repeats` alternates the two (1, 2, 2, 1, ...) and keeps each one's best run: Ray runs its
@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ from pathlib import Path
 
 import httpx
 import ray
-from proxy_overhead import background, free_port, wait_ready
+from proxy_overhead import FAKE_VLLM, background, free_port, wait_ready
 from rich.console import Console
 from rich.table import Table
 
@@ -87,10 +86,8 @@ async def main_async(args: argparse.Namespace, console: Console) -> list[Measure
     urls = [f"http://127.0.0.1:{port}" for port in ports]
     with contextlib.ExitStack() as stack, tempfile.TemporaryDirectory() as tmp:
         fakes = [
-            stack.enter_context(background([sys.executable, str(BENCH / "fake_vllm.py"),
-                                            "--port", str(port)]))
-            for port in ports
-        ]  # fmt: skip
+            stack.enter_context(background([*FAKE_VLLM, "--port", str(port)])) for port in ports
+        ]
         async with httpx.AsyncClient(timeout=10) as http:
             for url, fake in zip(urls, fakes, strict=True):
                 await wait_ready(http, f"{url}/health", fake)

@@ -1,7 +1,7 @@
 """What the capture store costs and how it scales: `rltap serve --store` beside `rltap serve`.
 
 (a) Write cost per call: two proxies in front of the same instant vLLM-compatible server
-    (bench/fake_vllm.py), one with `--store`, one without; 4-call sessions, their calls
+    (`rltap.testing.fakes.vllm`), one with `--store`, one without; 4-call sessions, their calls
     interleaved (one call to each proxy in turn, so drift hits both alike). The store's cost is
     the difference of the median latencies (goal: <= 0.1 ms). Each stored reply waits until its
     row is in the pipe to the store's writer process (`rltap.store.writer`).
@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 import uvicorn
 from proxy_overhead import (
-    BENCH,
+    FAKE_VLLM,
     SYSTEM,
     Proxy,
     background,
@@ -76,9 +76,7 @@ async def bench_write_cost(calls: int, store: Path, progress: Progress) -> dict[
     flags = {"memory": (), "store": ("--store", str(store))}
     times: dict[str, list[float]] = {name: [] for name in ports}
     with contextlib.ExitStack() as stack:
-        fake = stack.enter_context(
-            background([sys.executable, str(BENCH / "fake_vllm.py"), "--port", str(fake_port)])
-        )
+        fake = stack.enter_context(background([*FAKE_VLLM, "--port", str(fake_port)]))
         processes = {
             name: stack.enter_context(background(serve_command(port, *engine, *flags[name])))
             for name, port in ports.items()

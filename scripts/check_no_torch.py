@@ -5,8 +5,8 @@
    `rltap serve` refuses with an ImportError naming the `server` extra.
 2. `pip install './core[server,testing]'` without torch (`.venv-notorch`): from that
    environment alone, builds the offline Qwen tokenizer, starts the fake vLLM server
-   (`bench/fake_vllm.py`), runs `rltap serve --engine vllm --url URL --tokenizer DIR`, opens a
-   session, asks for one chat completion and exports it.
+   (`python -m rltap.testing.fakes.vllm`), runs `rltap serve --engine vllm --url URL --tokenizer
+   DIR`, opens a session, asks for one chat completion and exports it.
 
 Exits non-zero on any failure. `make test` runs it (`make no-torch` alone).
 
@@ -36,7 +36,7 @@ from rltap.testing.imports import SLIM_SURFACE
 
 ROOT = Path(__file__).resolve().parents[1]
 UV = Path(sys.executable).with_name("uv")
-REPLY = "Hello from the instant engine."  # what bench/fake_vllm.py's tokens decode to
+REPLY = "Hello from the instant engine."  # what rltap.testing.fakes.vllm's tokens decode to
 PRINT_TOKENIZER_DIR = "from rltap.testing.models import cached_qwen_tokenizer_dir as d; print(d())"
 
 
@@ -144,7 +144,7 @@ def check(venv: Path) -> str:
     engine = f"http://127.0.0.1:{engine_port}"
     proxy = f"http://127.0.0.1:{proxy_port}"
     admin_key = secrets.token_urlsafe(24)
-    fake = [python, ROOT / "bench" / "fake_vllm.py", "--port", str(engine_port)]
+    fake = [python, "-m", "rltap.testing.fakes.vllm", "--port", str(engine_port)]
     serve = [
         # `--admin-key=KEY`: a urlsafe key may start with "-", which argparse takes for a flag.
         venv / "bin" / "rltap", "serve", "--port", str(proxy_port), f"--admin-key={admin_key}",

@@ -28,22 +28,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import importlib.util
 import json
 import os
 import re
 import shlex
 import socket
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 
 import httpx
 import pytest
 
 from rltap.cli.commands import build_parser
+from rltap.testing.fakes import FakeSGLang, FakeVLLM
 from rltap_dev.readme import README_PROXY, CodeBlock, code_blocks, run_python
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -57,8 +56,8 @@ BLOCKS = [
 
 MODEL = "/models/Qwen2.5-0.5B-Instruct"  # the tiny test model stands in for it
 PROXY = README_PROXY  # the first `rltap serve` the README shows
-VLLM = "http://127.0.0.1:8001"  # bench/fake_vllm.py
-SGLANG = "http://127.0.0.1:30000"  # tests/engines/fake_sglang.py
+VLLM = "http://127.0.0.1:8001"  # rltap.testing.fakes.FakeVLLM
+SGLANG = "http://127.0.0.1:30000"  # rltap.testing.fakes.FakeSGLang
 ROWS = [{"question": "What is 2+2?", "answer": "4"}, {"question": "What is 3+4?", "answer": "7"}]
 ADMIN_KEY = "readme-admin-key-0123456789"
 COMMAND_SECONDS = 600
@@ -342,41 +341,6 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _load(path: Path) -> ModuleType:
-    """A helper module of this repository (a fake server) by its path."""
-    spec = importlib.util.spec_from_file_location(f"readme_{path.stem}", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-@contextlib.asynccontextmanager
-async def _fake_vllm() -> AsyncIterator[str]:
-    from aiohttp import web
-
-    runner = web.AppRunner(_load(REPO_ROOT / "bench" / "fake_vllm.py").make_app())
-    await runner.setup()
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    await web.SockSite(runner, sock).start()
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        await runner.cleanup()
-
-
-@contextlib.asynccontextmanager
-async def _fake_sglang() -> AsyncIterator[str]:
-    server = _load(REPO_ROOT / "tests" / "engines" / "fake_sglang.py").FakeSGLang()
-    try:
-        yield await server.start()
-    finally:
-        await server.stop()
-
-
 @dataclass
 class Walk:
     """What the blocks share as the README goes on: the folder, the servers, the environment."""
@@ -448,9 +412,9 @@ async def _serve(walk: Walk, step: Step) -> None:
     engine = step.argv[step.argv.index("--engine") + 1] if "--engine" in step.argv else ""
     mapping = {MODEL: str(walk.model_dir)}
     if engine == "vllm":
-        mapping[VLLM] = await walk.stack.enter_async_context(_fake_vllm())
+        mapping[VLLM] = (await walk.stack.enter_async_context(FakeVLLM())).url
     elif engine == "sglang":
-        mapping[SGLANG] = await walk.stack.enter_async_context(_fake_sglang())
+        mapping[SGLANG] = (await walk.stack.enter_async_context(FakeSGLang())).url
     url = await _start(walk, step, walk.rltap(step, mapping), "/health")
     async with httpx.AsyncClient(base_url=url, timeout=60) as http:
         admin = {"authorization": f"Bearer {ADMIN_KEY}"}

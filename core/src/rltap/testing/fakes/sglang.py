@@ -1,7 +1,7 @@
 """A small fake SGLang server for testing `SGLangEngine` on a machine where SGLang cannot run.
 
-SGLang needs a GPU (or an accelerator build) and cannot be installed on these CPU-only machines,
-so `SGLangEngine` is tested against this real HTTP server on 127.0.0.1 (aiohttp.web). It follows
+SGLang needs a GPU (or an accelerator build) and cannot be installed on CPU-only machines, so
+`SGLangEngine` is tested against this real HTTP server on 127.0.0.1 (aiohttp.web). It follows
 SGLang's documented native API, not its internals:
 
 - `POST /generate` with `input_ids`, `sampling_params` (`max_new_tokens`, `temperature`,
@@ -19,18 +19,24 @@ SGLang's documented native API, not its internals:
 
 The "model" is a fixed function: output token i of a prompt is `(sum(prompt) * 31 + 7 * i) %
 vocab_size` with logprob `-0.01 * (i + 1) - 0.5`, so tests know the expected tokens up front.
+
+Usage:
+    async with FakeSGLang(token_delay=0.01) as server:
+        engine = SGLangEngine(server.url)
 """
 
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any
 
 import orjson
 from aiohttp import web
+
+from rltap.testing.fakes._serving import serve_on_free_port
 
 __all__ = ["FakeSGLang", "expected_output"]
 
@@ -94,19 +100,22 @@ class FakeSGLang:
         app.router.add_post("/generate", self._generate)
         app.router.add_post("/abort_request", self._abort_request)
         app.router.add_get("/health", self._health)
-        self._runner = web.AppRunner(app, handle_signals=False)
-        await self._runner.setup()
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        site = web.SockSite(self._runner, sock)
-        await site.start()
-        self.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        self._runner, self.url = await serve_on_free_port(app)
         return self.url
 
     async def stop(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+
+    async def __aenter__(self) -> FakeSGLang:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
 
     async def _health(self, request: web.Request) -> web.Response:
         return web.Response(text="")

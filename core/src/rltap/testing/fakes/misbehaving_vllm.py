@@ -1,6 +1,6 @@
 """A vLLM-compatible server that misbehaves on purpose, for rltap's real `VLLMEngine`.
 
-It speaks the fields `bench/fake_vllm.py` does (`/v1/completions` with a token-id prompt in;
+It speaks the fields `rltap.testing.fakes.vllm` does (`/v1/completions` with a token-id prompt in;
 `prompt_token_ids`, `token_ids`, `logprobs.token_logprobs`, `finish_reason` out; SSE when
 `stream`), over raw HTTP/1.1 on a socket, so a fault can be exactly what a failing engine does:
 an error status, silence, or a connection cut in the middle of a body. The request's `max_tokens`

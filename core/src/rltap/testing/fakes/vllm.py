@@ -4,34 +4,45 @@ It follows the fields rltap's vLLM engine reads (token-id prompt in, `prompt_tok
 `token_ids`, `logprobs.token_logprobs`, `finish_reason`; SSE when `stream`), so a benchmark through
 the proxy measures only the proxy's own cost.
 
-With `--record FILE` it also answers the development API a server started with
+With `record` (`--record FILE`) it also answers the development API a server started with
 `VLLM_SERVER_DEV_MODE=1` has, which rltap's weight sync drives (`/is_paused`, `/pause`,
 `/collective_rpc`, `/reset_prefix_cache`, `/update_weight_version`, `/resume`; nothing is
 reloaded), and appends each such request to FILE as a JSON line {"method", "path", "query",
 "body"}, with "files" (the weight folder's file names) for `/collective_rpc`.
 
-With `--max-lora-rank N` it also serves LoRA adapters as a vLLM server started with
-`--enable-lora --max-lora-rank N` and `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True` does:
+With `max_lora_rank` (`--max-lora-rank N`) it also serves LoRA adapters as a vLLM server started
+with `--enable-lora --max-lora-rank N` and `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True` does:
 `POST /v1/load_lora_adapter` ({"lora_name", "lora_path"}: the folder must hold peft's
 `adapter_config.json` with `r` <= N, and the name must be new, else 400) and
 `POST /v1/unload_lora_adapter` ({"lora_name"}; 404 for a name not loaded), and a completion's
 `model` must be the served model or a loaded adapter (else 404, as vLLM answers). Replies are
-the same fixed tokens whatever the adapter. With `--record` these calls are logged too (the
+the same fixed tokens whatever the adapter. With `record` these calls are logged too (the
 adapter folder's file names as "files"), and each completion naming an adapter as
 {"path": "/v1/completions", "model": name}.
 
-Run: .venv/bin/python bench/fake_vllm.py --port 8100 [--record FILE] [--max-lora-rank N]
+Usage:
+    async with FakeVLLM(record=tmp_path / "calls.jsonl") as server:
+        engine = VLLMEngine(server.url)
+
+As a process of its own: `python -m rltap.testing.fakes.vllm --port 8100 [--record FILE]
+[--max-lora-rank N]`.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from types import TracebackType
 
 import orjson
 from aiohttp import web
+
+from rltap.testing.fakes._serving import serve_on_free_port
+
+__all__ = ["REPLY_IDS", "FakeVLLM", "main", "make_app"]
 
 # "Hello from the instant engine." in the Qwen vocabulary, then <|im_end|>.
 REPLY_IDS = [9707, 504, 279, 9690, 4712, 13, 151645]
@@ -106,13 +117,10 @@ def dev_api(record: Path) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def handle(request: web.Request) -> web.Response:
         raw = await request.read()
         body = orjson.loads(raw) if raw.strip() else None
-        line: dict[str, object] = {
-            "method": request.method, "path": request.path, "query": dict(request.query),
-            "body": body,
-        }  # fmt: skip
-        _log(record, line)
-        return web.Response(body=orjson.dumps(DEV_REPLIES[request.path]),
-                            content_type="application/json")  # fmt: skip
+        query = dict(request.query)
+        _log(record, {"method": request.method, "path": request.path, "query": query, "body": body})
+        reply = orjson.dumps(DEV_REPLIES[request.path])
+        return web.Response(body=reply, content_type="application/json")
 
     return handle
 
@@ -169,6 +177,7 @@ def _log_lora(request: web.Request, body: dict[str, object], folder: Path | None
 
 
 def make_app(record: Path | None = None, max_lora_rank: int | None = None) -> web.Application:
+    """The fake's aiohttp app (module docstring: what `record` and `max_lora_rank` add)."""
     app = web.Application()
     app.router.add_post("/v1/completions", completions)
     app.router.add_get("/v1/models", models)
@@ -185,19 +194,51 @@ def make_app(record: Path | None = None, max_lora_rank: int | None = None) -> we
     return app
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+class FakeVLLM:
+    """The fake served in this process on a free 127.0.0.1 port; `url` is its root once started.
+
+    Usage:
+        async with FakeVLLM(max_lora_rank=8) as server:
+            engine = VLLMEngine(server.url)
+    """
+
+    def __init__(self, *, record: Path | None = None, max_lora_rank: int | None = None) -> None:
+        self.record = record
+        self.max_lora_rank = max_lora_rank
+        self.url = ""
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> str:
+        self._runner, self.url = await serve_on_free_port(make_app(self.record, self.max_lora_rank))
+        return self.url
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> FakeVLLM:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m rltap.testing.fakes.vllm`: the fake on --host:--port until interrupted."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8100)
     parser.add_argument("--record", type=Path, default=None, help="serve the dev API, log it here")
     parser.add_argument("--max-lora-rank", type=int, default=None, help="serve LoRA adapters")
-    args = parser.parse_args()
-    try:
+    args = parser.parse_args(argv)
+    with contextlib.suppress(ImportError):  # uvloop's faster loop, where it is installed
         import uvloop
 
         uvloop.install()
-    except ImportError:
-        pass
     app = make_app(args.record, args.max_lora_rank)
     web.run_app(app, host=args.host, port=args.port, print=None, access_log=None)
 
