@@ -1,4 +1,4 @@
-"""Running a Markdown file's code blocks as written: what the README tests use.
+"""Running a Markdown file's code blocks as written: what the tests of README.md and docs/ use.
 
 A block is taken verbatim; the only edits allowed are `substitute`'s explicit placeholder
 mapping (a model folder, a port), and a placeholder that no longer occurs fails loudly, so the
