@@ -27,6 +27,7 @@ FRAMEWORKS = ["openai_agents", "camel", "langchain"]
 # of integrations/compat/<name>/requirements.txt.
 COMPAT = ["pydantic_ai", "smolagents", "autogen", "agno", "llamaindex", "haystack", "dspy"]
 TEST_TOOLS = ["pytest>=8", "pytest-asyncio>=0.24", "packaging>=24"]
+MYPY = "mypy>=1.11"  # as requirements-dev.txt: `mypy --strict` on each adapter
 # The repository's tools (dev/, not published): the integration matrix and the README runner.
 DEV = "dev"
 LOCAL_WHEELS = Path("/opt/wheels")
@@ -56,10 +57,16 @@ def _install(session: nox.Session, *requirements: str) -> None:
 def integration(session: nox.Session, framework: str) -> None:
     """Install core (with Ray: each adapter's tests run its example on Ray rollout actors too;
     with `train`: `make demo` and bench/learn_frameworks.py run `rltap train` on the examples in
-    these venvs) + one adapter with its framework, then run that adapter's tests."""
+    these venvs) + one adapter with its framework, then type-check the adapter (mypy strict) and
+    run its tests."""
     core = "core[embedded,testing,ray,train]"
-    _install(session, "-e", core, "-e", DEV, "-e", f"integrations/{framework}", *TEST_TOOLS)
-    session.run("pytest", "-q", "-p", "no:cacheprovider", f"integrations/{framework}/tests")
+    adapter = f"integrations/{framework}"
+    _install(session, "-e", core, "-e", DEV, "-e", adapter, *TEST_TOOLS, MYPY)
+    # The adapter typed against the framework it is installed with (only this venv has it); the
+    # cache stays in the venv, as another venv's copy of rltap or of a framework would be stale.
+    cache = Path(session.virtualenv.location) / ".mypy_cache"
+    session.run("mypy", "--strict", "--cache-dir", str(cache), "-p", f"rltap_{framework}")
+    session.run("pytest", "-q", "-p", "no:cacheprovider", f"{adapter}/tests")
 
 
 @nox.session(python="3.11")
