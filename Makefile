@@ -12,7 +12,7 @@ unexport PYTHONDONTWRITEBYTECODE
 # nox finds uv (and the tests find rltap's console script) in the project venv.
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: bootstrap test lint typecheck unit no-torch integrations matrix bench clean demo demo-venvs
+.PHONY: bootstrap check test lint typecheck unit no-torch integrations matrix bench clean demo demo-venvs
 
 bootstrap: $(STAMP)
 
@@ -31,6 +31,12 @@ $(STAMP): constraints.txt requirements-dev.txt core/pyproject.toml dev/pyproject
 	$(UV_INSTALL) -c constraints.txt $(TORCH_CPU) -e 'core[embedded,testing,train,ray,store]' -r requirements-dev.txt
 	command -v chromium >/dev/null 2>&1 || $(APT_GET) install -y -q chromium
 	touch $@
+
+## check: the fast lane before a commit: lint, type check and the core tests not marked slow (no
+## real model server, no long training run), under 3 minutes on a 2-core machine; `make test` runs
+## everything
+check: lint typecheck
+	$(BIN)/pytest -q -m "not slow" -n $(PYTEST_WORKERS) --dist loadfile
 
 ## test: lint, type check, the core suite, the torch-free install, every framework integration in
 ## its own venv, and the integration matrix's table
