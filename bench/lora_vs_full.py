@@ -91,10 +91,10 @@ def folder_bytes(model: Any) -> int:
 
 def worker(rank: int, model_dir: str | None, steps: int) -> dict[str, Any]:
     """One configuration, in this process: its figures as a dict."""
-    from rltap.config import LoraConfig
+    from rltap.config import LoraConfig, UpdateConfig
     from rltap.train.lora import lora_model
     from rltap.train.sync import weight_source
-    from rltap.train.trainer import PolicyTrainer, TrainSettings
+    from rltap.train.trainer import PolicyTrainer
 
     torch.set_num_threads(1)
     model = load(model_dir)
@@ -102,7 +102,7 @@ def worker(rank: int, model_dir: str | None, steps: int) -> dict[str, Any]:
     if rank > 0:
         settings = LoraConfig(lora_rank=rank, lora_target_modules=TARGETS)
         model = lora_model(model, settings, base=model_dir or "smollm2-shaped")
-    trainer = PolicyTrainer(model, TrainSettings(lr=1e-5, micro_batch_tokens=4096))
+    trainer = PolicyTrainer(model, UpdateConfig(lr=1e-5, micro_batch_tokens=4096))
     times = []
     for step in range(steps + 1):  # the first is the warm-up
         started = time.perf_counter()

@@ -1,8 +1,8 @@
 """Load and soak one proxy process: concurrent sessions, then many sequential lifecycles.
 
-The proxy is rltap's app in front of an instant engine (`instant_engine.py`: fixed reply, no model),
-served by uvicorn in its own process (`serve`), so the figures are the proxy's own: its calls/s and
-its resident memory (VmRSS and VmHWM from /proc), read between phases.
+The proxy is rltap's app in front of an instant engine (`rltap.testing.fakes.InstantEngine`: fixed
+reply, no model), served by uvicorn in its own process (`serve`), so the figures are the proxy's
+own: its calls/s and its resident memory (VmRSS and VmHWM from /proc), read between phases.
 
     serve  the proxy on 127.0.0.1 (admin key from RLTAP_ADMIN_KEY); prints `port N`, then serves
     load   SESSIONS concurrent sessions x TURNS turns (APIs in rotation, some streamed), after
@@ -50,13 +50,11 @@ MAX_TOKENS = 16
 
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
-    from instant_engine import InstantEngine
 
     from rltap.chat.renderer import ChatRenderer
-    from rltap.chat.streaming import build_output_parser
+    from rltap.config.serve import ChatConfig, LimitsConfig, ServeConfig
     from rltap.proxy.app import create_app
-    from rltap.proxy.state import ProxyConfig, ProxyLimits
-    from rltap.session.session import SessionConfig
+    from rltap.testing.fakes import InstantEngine
     from rltap.testing.models import cached_qwen_tokenizer_dir
 
     admin_key = os.environ.get(ADMIN_KEY_ENV)
@@ -66,24 +64,16 @@ def serve(args: argparse.Namespace) -> int:
     renderer = ChatRenderer.from_pretrained(cached_qwen_tokenizer_dir(), mode="concat")
     reply_ids = renderer.tokenizer.encode(REPLY, add_special_tokens=False)
     engine = InstantEngine(reply_ids, renderer.end_of_turn_ids[-1])
-    limits = ProxyLimits(
+    limits = LimitsConfig(
         capacity=args.capacity,
         session_ttl=args.session_ttl,
         export_grace=args.export_grace,
         reap_interval=args.reap_interval,
-    )
-    config = ProxyConfig(
-        admin_key=admin_key,
         model_name=MODEL,
-        limits=limits,
-        session=SessionConfig(
-            max_context=args.max_context,
-            default_max_tokens=64,
-            output_parser=build_output_parser("hermes"),
-        ),
         max_body_bytes=args.max_body_bytes,
     )
-    app = create_app(engine, renderer, config)
+    chat = ChatConfig(max_context=args.max_context, default_max_tokens=64)
+    app = create_app(engine, renderer, ServeConfig(chat=chat, limits=limits), admin_key=admin_key)
     _exit_with_parent()
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -48,14 +48,15 @@ def child(variant: str, run: Path, steps: int, model_dir: str) -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
+    from rltap.config import UpdateConfig
     from rltap.record.pack_io import load_packs
     from rltap.rollout.runner import BATCH
     from rltap.train.memory import trim_heap
-    from rltap.train.trainer import PolicyTrainer, TrainSettings
+    from rltap.train.trainer import PolicyTrainer
 
     torch.set_num_threads(1)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32")
-    trainer = PolicyTrainer(model, TrainSettings(lr=LR))
+    trainer = PolicyTrainer(model, UpdateConfig(lr=LR))
     page = resource.getpagesize()
     for step in range(1, steps + 1):
         packs = load_packs(run / "rollouts" / f"step-{step}" / BATCH)

@@ -22,14 +22,14 @@ import time
 from typing import Any
 
 import orjson
-from instant_engine import InstantEngine
 from rich.console import Console
 from rich.table import Table
 
 from rltap.chat.renderer import ChatRenderer
-from rltap.chat.streaming import build_output_parser
+from rltap.config.serve import ChatConfig
 from rltap.protocols import openai_chat
-from rltap.session.session import Session, SessionConfig
+from rltap.session.session import Session
+from rltap.testing.fakes import InstantEngine
 from rltap.testing.models import cached_qwen_tokenizer_dir
 
 TURNS = 64
@@ -37,8 +37,7 @@ QUESTION = "Please compute the next step of the plan and report what changed sin
 
 
 async def one_conversation(renderer: ChatRenderer, engine: InstantEngine) -> list[float]:
-    config = SessionConfig(max_context=1_000_000, output_parser=build_output_parser("hermes"))
-    session = Session(engine, renderer, config)
+    session = Session(engine, renderer, ChatConfig(max_context=1_000_000))
     messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a careful agent."}]
     costs: list[float] = []
     for turn in range(TURNS):

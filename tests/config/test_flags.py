@@ -1,12 +1,11 @@
 """The settings are the dataclasses of `rltap.config`: every flag of `rltap serve`, `rollout`,
 `train` and `demo` is a field with the field's default, a `--config` file round-trips a
-config, flags win over the file, a config pickles (what Ray sends each actor), and the classes
-that keep their own fields take the defaults from there."""
+config, flags win over the file, a config pickles (what Ray sends each actor), and each
+setting is checked where it is declared."""
 
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import pickle
 import re
 from pathlib import Path
@@ -30,13 +29,14 @@ from rltap.config import (
     RolloutConfig,
     ServeConfig,
     ServerConfig,
+    StoreConfig,
     TrainConfig,
     TrainEvalConfig,
     UpdateConfig,
     from_namespace,
     parse,
 )
-from rltap.config.flags import config_values, settings
+from rltap.config.flags import config_values, read_config_file, settings
 from rltap.config.serve import ChatTemplateMode
 
 # Each command's dataclass, and the fewest words its parser takes.
@@ -182,27 +182,60 @@ def test_configs_pickle_for_the_ray_actors() -> None:
     )
 
 
-def test_the_classes_with_their_own_fields_take_the_defaults_from_the_config() -> None:
+def test_the_template_modes_are_the_renderers_and_the_demos_replies_are_short() -> None:
     from rltap.chat.renderer import RenderMode
-    from rltap.client.direct import DirectOpenAI
-    from rltap.proxy import ProxyConfig, ProxyLimits
-    from rltap.session.session import SessionConfig
 
-    chat, limits = ChatConfig(), LimitsConfig()
-    session = SessionConfig()
-    assert (session.default_max_tokens, session.strict_max_tokens) == (
-        chat.default_max_tokens,
-        chat.strict_max_tokens,
-    )
-    proxy = ProxyLimits()
-    assert (proxy.capacity, proxy.session_ttl, proxy.export_grace) == (
-        limits.capacity,
-        limits.session_ttl,
-        limits.export_grace,
-    )
-    assert ProxyConfig(admin_key="k").max_body_bytes == limits.max_body_bytes
-    direct = inspect.signature(DirectOpenAI.__init__).parameters
-    assert direct["default_max_tokens"].default == chat.default_max_tokens
-    assert direct["tool_call_parser"].default == chat.tool_parser
     assert set(get_args(ChatTemplateMode)) == {mode.value for mode in RenderMode}
-    assert DemoConfig().serve.chat.default_max_tokens == 128  # the demo's replies are short
+    assert DemoConfig().serve.chat.default_max_tokens == 128
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        pytest.param(lambda: ChatConfig(default_max_tokens=0), "--default-max-tokens", id="chat"),
+        pytest.param(
+            lambda: ChatConfig(chat_template_mode="jinja"),
+            "--chat-template-mode",
+            id="template-mode",
+        ),
+        pytest.param(lambda: LimitsConfig(capacity=0), "--capacity", id="capacity"),
+        pytest.param(lambda: LimitsConfig(reap_interval=0), "--reap-interval", id="reap"),
+        pytest.param(
+            lambda: LimitsConfig(export_wait_timeout=700), "--max-export-wait", id="export-wait"
+        ),
+        pytest.param(lambda: StoreConfig(store_retention="7d"), "needs --store", id="retention"),
+        pytest.param(lambda: EngineConfig().tokenizer_dir, "--tokenizer", id="tokenizer"),
+        pytest.param(
+            lambda: ServerConfig(host="0.0.0.0", admin_key="admin"),
+            "refusing to listen on 0.0.0.0",
+            id="admin-key",
+        ),
+        pytest.param(lambda: UpdateConfig(minibatches=0), "--minibatches", id="minibatches"),
+        pytest.param(lambda: UpdateConfig(temperature=0), "--temperature", id="temperature"),
+        pytest.param(lambda: LoopConfig(max_staleness=-1), "--max-staleness", id="staleness"),
+    ],
+)
+def test_a_setting_is_checked_where_it_is_declared(build: Any, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        build()
+
+
+def test_a_config_error_is_an_rltap_error_and_a_bad_file_is_one(tmp_path: Path) -> None:
+    from rltap.record.errors import RltapError
+
+    assert issubclass(ConfigError, RltapError)
+    assert issubclass(ConfigError, ValueError)  # what argparse and older callers catch
+    every = settings(TrainConfig)
+    for name, text in [("run.ini", "x = 1"), ("run.toml", "x = "), ("run.yaml", "- a list")]:
+        (tmp_path / name).write_text(text)
+        with pytest.raises(ConfigError, match=re.escape(name)):
+            read_config_file(tmp_path / name, every)
+    with pytest.raises(ConfigError, match=re.escape("missing.yaml")):
+        read_config_file(tmp_path / "missing.yaml", every)
+
+
+def test_update_derives_the_minibatches_and_the_normalisation_from_the_algorithm() -> None:
+    assert (UpdateConfig().updates_per_step, UpdateConfig().normalisation) == (1, "group")
+    ppo = UpdateConfig(algo="ppo")
+    assert (ppo.updates_per_step, ppo.normalisation) == (4, "batch")
+    assert UpdateConfig(algo="ppo", minibatches=2).updates_per_step == 2

@@ -19,7 +19,6 @@ from rltap.protocols import (
     spec_named,
 )
 from rltap.proxy.app import create_app
-from rltap.proxy.state import ProxyConfig
 from rltap.record.generation import Generation
 from rltap.record.parsed import ParsedOutput
 from rltap.record.types import ModelResponse
@@ -45,7 +44,7 @@ def test_every_api_package_is_registered_by_its_name() -> None:
 
 def test_the_app_serves_every_path_of_every_spec(tiny_model: Any, renderer: ChatRenderer) -> None:
     engine = ScriptedEngine(echo, tiny_model, tokenizer=renderer.tokenizer)
-    app = create_app(engine, renderer, ProxyConfig(admin_key=TEST_ADMIN_KEY))
+    app = create_app(engine, renderer, admin_key=TEST_ADMIN_KEY)
     routes = app.openapi()["paths"]
     for spec in SPECS.values():
         for path in spec.paths:
@@ -57,7 +56,7 @@ def test_the_app_documents_every_operation_of_every_spec(
     tiny_model: Any, renderer: ChatRenderer
 ) -> None:
     engine = ScriptedEngine(echo, tiny_model, tokenizer=renderer.tokenizer)
-    app = create_app(engine, renderer, ProxyConfig(admin_key=TEST_ADMIN_KEY))
+    app = create_app(engine, renderer, admin_key=TEST_ADMIN_KEY)
     routes = app.openapi()["paths"]
     operations = [op for spec in SPECS.values() for op in spec.operations]
     assert operations  # Responses' and Anthropic's

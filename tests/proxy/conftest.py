@@ -11,35 +11,36 @@ import httpx2
 import pytest
 
 from rltap.chat.renderer import ChatRenderer
-from rltap.chat.streaming import build_output_parser
+from rltap.config.serve import ChatConfig, LimitsConfig, ServeConfig
 from rltap.engines.base import InferenceEngine
 from rltap.engines.scripted import ScriptedEngine
-from rltap.proxy.state import ProxyConfig, ProxyLimits
-from rltap.session.session import SessionConfig
-from rltap.testing.proxy import TEST_ADMIN_KEY, RunningProxy, start_test_proxy
+from rltap.testing.proxy import RunningProxy, start_test_proxy
 from rltap.testing.scripts import tool_loop
 
 Script = Callable[[Sequence[Mapping[str, Any]], Sequence[Mapping[str, Any]] | None, int], str]
 
 
 ProxyFactory = Callable[..., Any]
+# The proxies' limits unless a test gives its own.
+LIMITS = LimitsConfig(capacity=64, max_body_bytes=1_000_000, model_name="tiny")
 
 
 @pytest.fixture
 async def make_proxy(
     tiny_model: Any, tiny_model_dir: Path, renderer: ChatRenderer
 ) -> AsyncIterator[ProxyFactory]:
-    """Start proxies with a given script, engine options, limits and renderer (default: the tiny
-    model's), or in front of a given `engine` (closed at teardown); all stop at teardown."""
+    """Start proxies with a given script, engine options, chat settings (`chat_options` over
+    these defaults), limits and renderer (default: the tiny model's), or in front of a given
+    `engine` (closed at teardown); all stop at teardown."""
     async with contextlib.AsyncExitStack() as stack:
 
         async def start(
             script: Script = tool_loop,
             *,
-            limits: ProxyLimits | None = None,
+            limits: LimitsConfig | None = None,
             max_context: int = 2048,
             reasoning_parser: str | None = "qwen3",
-            session_options: Mapping[str, Any] | None = None,
+            chat_options: Mapping[str, Any] | None = None,
             chat_renderer: ChatRenderer | None = None,
             engine: InferenceEngine | None = None,
             **engine_options: Any,
@@ -50,19 +51,13 @@ async def make_proxy(
                 )
             else:
                 stack.push_async_callback(engine.close)
-            options = {
+            chat = {
                 "max_context": max_context,
                 "default_max_tokens": 256,
-                "output_parser": build_output_parser("hermes", reasoning_parser),
-                **(session_options or {}),
+                "reasoning_parser": reasoning_parser,
+                **(chat_options or {}),
             }
-            config = ProxyConfig(
-                admin_key=TEST_ADMIN_KEY,
-                model_name="tiny",
-                limits=limits or ProxyLimits(capacity=64),
-                session=SessionConfig(**options),
-                max_body_bytes=1_000_000,
-            )
+            config = ServeConfig(chat=ChatConfig(**chat), limits=limits or LIMITS)
             running: RunningProxy = await stack.enter_async_context(
                 start_test_proxy(engine, chat_renderer or renderer, config)
             )

@@ -13,7 +13,7 @@ import torch
 from rltap.client.proxy import OpenAIProxyClient
 from rltap.config import ServeConfig, add_arguments, from_namespace
 from rltap.proxy.control import ExportRequest, export_body
-from rltap.proxy.server import serve_config
+from rltap.proxy.server import ServeSetup
 from rltap.record.tensor_codec import decode_tensors
 from rltap.testing.proxy import TEST_ADMIN_KEY, RunningProxy, start_test_proxy
 
@@ -166,8 +166,8 @@ async def test_serve_export_format_areal_is_the_default_body(tiny_model_dir: Pat
         "--engine", "scripted", "--script", "rltap.testing.scripts:echo",
         "--model", str(tiny_model_dir), "--export-format", "areal",
     ]  # fmt: skip
-    setup = serve_config(from_namespace(ServeConfig, parser.parse_args(flags)), TEST_ADMIN_KEY)
-    assert setup.config.export_format == "areal"
+    setup = ServeSetup.load(from_namespace(ServeConfig, parser.parse_args(flags)))
+    assert setup.config.limits.export_format == "areal"
     try:
         async with start_test_proxy(setup.engine, setup.renderer, setup.config) as proxy:
             session_id, key, ids = await branching_session(proxy)

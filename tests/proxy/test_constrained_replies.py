@@ -89,7 +89,7 @@ async def embedded(
     proxy = await make_proxy(
         engine=TransformersEngine(tiny_model, tokenizer=renderer.tokenizer),
         reasoning_parser=None,
-        session_options={"default_max_tokens": 64},
+        chat_options={"default_max_tokens": 64},
     )
     session_id, key = await proxy.start_session()
     return proxy, session_id, key

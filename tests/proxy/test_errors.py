@@ -15,11 +15,9 @@ import pytest_asyncio
 from prometheus_client.parser import text_string_to_metric_families
 
 from rltap.chat.renderer import ChatRenderer
-from rltap.chat.streaming import build_output_parser
+from rltap.config.serve import ChatConfig, LimitsConfig, ServeConfig
 from rltap.engines.scripted import ScriptedEngine
-from rltap.proxy.state import ProxyConfig, ProxyLimits
-from rltap.session.session import SessionConfig
-from rltap.testing.proxy import TEST_ADMIN_KEY, RunningProxy, start_test_proxy
+from rltap.testing.proxy import RunningProxy, start_test_proxy
 from rltap.testing.scripts import tool_loop
 
 # One proxy for the whole module: every test here makes its own sessions.
@@ -71,19 +69,16 @@ ANTHROPIC_TYPES = {
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def proxy(tiny_model: Any, renderer: ChatRenderer) -> AsyncIterator[RunningProxy]:
     engine = ScriptedEngine(tool_loop, tiny_model, tokenizer=renderer.tokenizer)
-    config = ProxyConfig(
-        admin_key=TEST_ADMIN_KEY,
-        model_name="tiny",
-        limits=ProxyLimits(capacity=1024),
-        session=SessionConfig(
+    config = ServeConfig(
+        chat=ChatConfig(
             max_context=MAX_CONTEXT,
             default_max_tokens=256,
-            output_parser=build_output_parser("hermes", "qwen3"),
+            reasoning_parser="qwen3",
             # `--strict-max-tokens`: max_tokens beyond the context left is refused, not cut
             # (the default, tests/proxy/test_max_tokens.py).
             strict_max_tokens=True,
         ),
-        max_body_bytes=MAX_BODY_BYTES,
+        limits=LimitsConfig(capacity=1024, model_name="tiny", max_body_bytes=MAX_BODY_BYTES),
     )
     async with start_test_proxy(engine, renderer, config) as running:
         yield running

@@ -17,12 +17,10 @@ import pytest_asyncio
 from prometheus_client.parser import text_string_to_metric_families
 
 from rltap.chat.renderer import ChatRenderer
-from rltap.chat.streaming import build_output_parser
+from rltap.config.serve import ChatConfig, LimitsConfig, ServeConfig
 from rltap.engines.scripted import ScriptedEngine
-from rltap.proxy.state import ProxyConfig, ProxyLimits
 from rltap.record.types import ModelRequest, TokenChunk
-from rltap.session.session import SessionConfig
-from rltap.testing.proxy import TEST_ADMIN_KEY, RunningProxy, start_test_proxy
+from rltap.testing.proxy import RunningProxy, start_test_proxy
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -64,16 +62,9 @@ class ExplodingEngine(ScriptedEngine):
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def proxy(tiny_model: Any, renderer: ChatRenderer) -> AsyncIterator[RunningProxy]:
     engine = ExplodingEngine(script, tiny_model, tokenizer=renderer.tokenizer)
-    config = ProxyConfig(
-        admin_key=TEST_ADMIN_KEY,
-        model_name="tiny",
-        limits=ProxyLimits(capacity=256),
-        session=SessionConfig(
-            max_context=2048,
-            default_max_tokens=64,
-            output_parser=build_output_parser("hermes", None),
-        ),
-        max_body_bytes=MAX_BODY_BYTES,
+    config = ServeConfig(
+        chat=ChatConfig(max_context=2048, default_max_tokens=64),
+        limits=LimitsConfig(capacity=256, model_name="tiny", max_body_bytes=MAX_BODY_BYTES),
     )
     async with start_test_proxy(engine, renderer, config) as running:
         yield running
@@ -226,7 +217,7 @@ async def test_requests_and_generations_are_counted_streams_until_their_last_byt
     engine = ScriptedEngine(
         script, tiny_model, tokenizer=renderer.tokenizer, token_delay=TOKEN_DELAY
     )
-    config = ProxyConfig(admin_key=TEST_ADMIN_KEY, model_name="tiny", max_body_bytes=10_000)
+    config = ServeConfig(limits=LimitsConfig(model_name="tiny", max_body_bytes=10_000))
     async with start_test_proxy(engine, renderer, config) as slow:
         _, key = await slow.start_session()
         for path in BODIES:

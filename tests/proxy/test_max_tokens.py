@@ -125,7 +125,7 @@ async def test_a_prompt_that_does_not_fit_is_still_400(
 
 async def test_strict_max_tokens_refuses(make_proxy: ProxyFactory) -> None:
     proxy = await make_proxy(
-        _long_reply, max_context=MAX_CONTEXT, session_options={"strict_max_tokens": True}
+        _long_reply, max_context=MAX_CONTEXT, chat_options={"strict_max_tokens": True}
     )
     _, key = await proxy.start_session()
     with pytest.raises(openai.BadRequestError) as error:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -90,35 +91,41 @@ def test_serve_prints_a_generated_key_and_answers(tiny_model_dir: Path) -> None:
         pytest.param(["--drop-unsupported-content"], False, True, id="drop-unsupported"),
     ],
 )
-def test_serve_flags_reach_the_session_config(
+def test_serve_flags_reach_every_session(
     tiny_model_dir: Path, flags: list[str], strict: bool, drop: bool
 ) -> None:
     from rltap.cli.commands import build_parser
     from rltap.config import ServerConfig, from_namespace
-    from rltap.proxy import serve_config
+    from rltap.proxy import ServeSetup
 
     args = build_parser().parse_args(
         ["serve", "--engine", "scripted", "--script", "rltap.testing.scripts:echo",
          "--model", str(tiny_model_dir), *flags]
     )  # fmt: skip
     config = from_namespace(ServerConfig, args).serve
-    session = serve_config(config, "k" * 32).config.session
-    assert (session.strict_max_tokens, session.drop_unsupported_content) == (strict, drop)
+    app = ServeSetup.load(config).app("k" * 32)
+    store = app.state.rltap.store
+    session_id, _ = store.start()
+    chat = store.get(session_id).session.chat
+    assert (chat.strict_max_tokens, chat.drop_unsupported_content) == (strict, drop)
+    # --max-context unset: the model's own context, from its config.json.
+    model_config = json.loads((tiny_model_dir / "config.json").read_text())
+    assert chat.max_context == model_config["max_position_embeddings"]
 
 
 def test_a_loaded_tokenizer_is_the_renderers_own(tiny_model_dir: Path) -> None:
     from transformers import AutoTokenizer
 
     from rltap.config import EngineConfig, ServeConfig
-    from rltap.proxy import serve_config
+    from rltap.proxy import ServeSetup
 
     script = "rltap.testing.scripts:echo"
     config = ServeConfig(
         engine=EngineConfig(engine="scripted", script=script, model=str(tiny_model_dir))
     )
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
-    shared = serve_config(config, "k" * 32, tokenizer=tokenizer).renderer
-    loaded = serve_config(config, "k" * 32).renderer
+    shared = ServeSetup.load(config, tokenizer=tokenizer).renderer
+    loaded = ServeSetup.load(config).renderer
     assert shared.tokenizer is tokenizer
     assert loaded.tokenizer is not tokenizer
     assert shared.end_of_turn_ids == loaded.end_of_turn_ids

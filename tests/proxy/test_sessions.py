@@ -16,7 +16,7 @@ from add_tool import CHAT_ADD_TOOL
 from prometheus_client.parser import text_string_to_metric_families
 
 from rltap.client.proxy import OpenAIProxyClient
-from rltap.proxy.state import ProxyLimits
+from rltap.config.serve import LimitsConfig
 from rltap.record import errors
 from rltap.testing.proxy import RunningProxy
 
@@ -65,7 +65,7 @@ async def open_sessions(proxy: RunningProxy) -> float:
 
 
 async def test_grants_beyond_capacity_are_429_until_one_expires(make_proxy: ProxyFactory) -> None:
-    proxy = await make_proxy(limits=ProxyLimits(capacity=2, grant_ttl=0.4))
+    proxy = await make_proxy(limits=LimitsConfig(capacity=2, grant_ttl=0.4))
     granted_at = time.monotonic()
     for _ in range(2):
         response = await proxy.admin("/grant_capacity")
@@ -88,7 +88,7 @@ async def test_grants_beyond_capacity_are_429_until_one_expires(make_proxy: Prox
 
 
 async def test_ending_a_session_returns_its_slot(make_proxy: ProxyFactory) -> None:
-    proxy = await make_proxy(limits=ProxyLimits(capacity=2))
+    proxy = await make_proxy(limits=LimitsConfig(capacity=2))
     first_id, first_key = await proxy.start_session()
     await proxy.start_session()
     assert_capacity_error(await proxy.admin("/rl/start_session", {}))
@@ -111,7 +111,7 @@ async def test_ending_a_session_returns_its_slot(make_proxy: ProxyFactory) -> No
 async def test_idle_sessions_are_reaped_and_exportable_during_the_grace(
     make_proxy: ProxyFactory,
 ) -> None:
-    limits = ProxyLimits(capacity=8, session_ttl=0.3, reap_interval=0.05, export_grace=1.5)
+    limits = LimitsConfig(capacity=8, session_ttl=0.3, reap_interval=0.05, export_grace=1.5)
     proxy = await make_proxy(limits=limits)
     first_id, first_key = await proxy.start_session()
     second_id, second_key = await proxy.start_session()
@@ -148,7 +148,7 @@ async def test_idle_sessions_are_reaped_and_exportable_during_the_grace(
 
 
 async def test_a_session_in_use_is_not_reaped(make_proxy: ProxyFactory) -> None:
-    limits = ProxyLimits(capacity=8, session_ttl=0.4, reap_interval=0.05)
+    limits = LimitsConfig(capacity=8, session_ttl=0.4, reap_interval=0.05)
     proxy = await make_proxy(limits=limits)
     session_id, key = await proxy.start_session()
     started = time.monotonic()
@@ -246,7 +246,7 @@ async def test_openai_proxy_client_end_to_end(proxy: RunningProxy) -> None:
 async def test_openai_proxy_client_retries_until_capacity_frees(
     make_proxy: ProxyFactory,
 ) -> None:
-    proxy = await make_proxy(limits=ProxyLimits(capacity=1))
+    proxy = await make_proxy(limits=LimitsConfig(capacity=1))
     holder = OpenAIProxyClient(proxy.url, proxy.admin_key, http_client=proxy.http)
     await holder.start_session()
 

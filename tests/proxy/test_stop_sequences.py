@@ -21,13 +21,11 @@ import pytest
 from clients import anthropic_client, openai_client, sse_data
 
 from rltap.chat.renderer import ChatRenderer
-from rltap.chat.streaming import build_output_parser
 from rltap.client.proxy import interactions_from_export
+from rltap.config.serve import ChatConfig, LimitsConfig, ServeConfig
 from rltap.engines.transformers import TransformersEngine
-from rltap.proxy.state import ProxyConfig
 from rltap.record.types import Link
-from rltap.session.session import SessionConfig
-from rltap.testing.proxy import TEST_ADMIN_KEY, RunningProxy, start_test_proxy
+from rltap.testing.proxy import RunningProxy, start_test_proxy
 
 ProxyFactory = Callable[..., Awaitable[RunningProxy]]
 REPLY = "The answer is 42. Observation: the tool said so. END of reply"
@@ -152,10 +150,8 @@ async def test_the_next_call_continues_the_recorded_tokens(
 @contextlib.asynccontextmanager
 async def _embedded_proxy(tiny_model: Any, renderer: ChatRenderer) -> AsyncIterator[RunningProxy]:
     engine = TransformersEngine(tiny_model, tokenizer=renderer.tokenizer)
-    session = SessionConfig(
-        max_context=512, default_max_tokens=32, output_parser=build_output_parser(None, None)
-    )
-    config = ProxyConfig(admin_key=TEST_ADMIN_KEY, model_name="tiny", session=session)
+    chat = ChatConfig(max_context=512, default_max_tokens=32, tool_parser=None)
+    config = ServeConfig(chat=chat, limits=LimitsConfig(model_name="tiny"))
     async with start_test_proxy(engine, renderer, config) as running:
         yield running
 

@@ -19,13 +19,11 @@ import openai
 import pytest
 
 from rltap.chat.renderer import ChatRenderer
-from rltap.chat.streaming import build_output_parser
+from rltap.config.serve import ChatConfig, LimitsConfig, ServeConfig
 from rltap.engines.scripted import ScriptedEngine
-from rltap.proxy.state import ProxyConfig, ProxyLimits
 from rltap.record.errors import EngineError
 from rltap.record.types import ModelRequest, TokenChunk
-from rltap.session.session import SessionConfig
-from rltap.testing.proxy import TEST_ADMIN_KEY, RunningProxy, start_test_proxy
+from rltap.testing.proxy import RunningProxy, start_test_proxy
 
 ProxyFactory = Callable[..., Awaitable[RunningProxy]]
 
@@ -73,15 +71,9 @@ async def slow(tiny_model: Any, renderer: ChatRenderer) -> AsyncIterator[SlowPro
     engine = ObservedEngine(
         long_or_short, tiny_model, tokenizer=renderer.tokenizer, token_delay=TOKEN_DELAY
     )
-    config = ProxyConfig(
-        admin_key=TEST_ADMIN_KEY,
-        model_name="tiny",
-        limits=ProxyLimits(capacity=8),
-        session=SessionConfig(
-            max_context=2048,
-            default_max_tokens=256,
-            output_parser=build_output_parser("hermes", None),
-        ),
+    config = ServeConfig(
+        chat=ChatConfig(max_context=2048, default_max_tokens=256),
+        limits=LimitsConfig(capacity=8, model_name="tiny"),
     )
     async with start_test_proxy(engine, renderer, config) as proxy:
         yield SlowProxy(proxy, engine)

@@ -17,13 +17,11 @@ import torch
 from add_tool import ANTHROPIC_ADD_TOOL, CHAT_ADD_TOOL, RESPONSES_ADD_TOOL
 
 from rltap.chat.renderer import ChatRenderer
-from rltap.chat.streaming import build_output_parser
+from rltap.config.serve import ChatConfig, LimitsConfig, ServeConfig
 from rltap.engines.scripted import ScriptedEngine
-from rltap.proxy.state import ProxyConfig, ProxyLimits
 from rltap.record.tensor_codec import decode_tensors
 from rltap.record.types import ModelRequest, TokenChunk
-from rltap.session.session import SessionConfig
-from rltap.testing.proxy import TEST_ADMIN_KEY, RunningProxy, start_test_proxy
+from rltap.testing.proxy import RunningProxy, start_test_proxy
 from rltap.testing.scripts import FINAL_PREFIX, tool_loop
 
 ProxyFactory = Callable[..., Awaitable[RunningProxy]]
@@ -245,15 +243,9 @@ class Recorded:
 @pytest.fixture
 async def recorded(tiny_model: Any, renderer: ChatRenderer) -> AsyncIterator[Recorded]:
     engine = RecordingEngine(tool_loop, tiny_model, tokenizer=renderer.tokenizer)
-    config = ProxyConfig(
-        admin_key=TEST_ADMIN_KEY,
-        model_name="tiny",
-        limits=ProxyLimits(capacity=8),
-        session=SessionConfig(
-            max_context=2048,
-            default_max_tokens=256,
-            output_parser=build_output_parser("hermes", "qwen3"),
-        ),
+    config = ServeConfig(
+        chat=ChatConfig(max_context=2048, default_max_tokens=256, reasoning_parser="qwen3"),
+        limits=LimitsConfig(capacity=8, model_name="tiny"),
     )
     async with start_test_proxy(engine, renderer, config) as proxy:
         yield Recorded(proxy, engine)

@@ -64,7 +64,7 @@ MESSAGES_CASES = [
 
 @pytest.fixture
 async def dropping(make_proxy: ProxyFactory) -> RunningProxy:
-    return await make_proxy(session_options={"drop_unsupported_content": True})
+    return await make_proxy(chat_options={"drop_unsupported_content": True})
 
 
 async def _recorded_messages(proxy: RunningProxy, key: str, session_id: str) -> list[Any]:

@@ -10,14 +10,13 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from reliability_support import REPLY, HeldEngine, MakeProxy, proxy_config
 
 from rltap.chat.renderer import ChatRenderer
+from rltap.config.serve import LimitsConfig
 from rltap.engines.base import InferenceEngine
-from rltap.proxy.state import ProxyLimits
 from rltap.testing.proxy import RunningProxy, start_test_proxy
 
 
@@ -43,10 +42,9 @@ async def make_proxy(renderer: ChatRenderer, held_engine: HeldEngine) -> AsyncIt
         async def start(
             engine: InferenceEngine | None = None,
             *,
-            limits: ProxyLimits | None = None,
-            **options: Any,
+            limits: LimitsConfig | None = None,
         ) -> RunningProxy:
-            config = proxy_config(limits, **options)
+            config = proxy_config(limits)
             running: RunningProxy = await stack.enter_async_context(
                 start_test_proxy(engine or held_engine, renderer, config)
             )

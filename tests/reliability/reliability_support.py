@@ -1,31 +1,27 @@
 """What the reliability tests share: engines that answer at once, on hold or slowly, and checks.
 
-`InstantEngine` is `bench/instant_engine.py` (loaded by path: bench/ is no package). `HeldEngine`
-answers at once too, except calls whose last message holds `HOLD` (they wait until the test calls
-`release()`) or `TRICKLE` (they stream `trickle_tokens` tokens, one every `token_delay` seconds).
+`HeldEngine` is `rltap.testing.fakes.InstantEngine` (it answers at once) except for calls whose
+last message holds `HOLD` (they wait until the test calls `release()`) or `TRICKLE` (they stream
+`trickle_tokens` tokens, one every `token_delay` seconds).
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any, Protocol
 
 import pytest
 
-from rltap.chat.streaming import build_output_parser
-from rltap.proxy.state import ProxyConfig, ProxyLimits
+from rltap.config.serve import ChatConfig, LimitsConfig, ServeConfig
 from rltap.record.types import ModelRequest, ModelResponse, StopReason, TokenChunk
-from rltap.session.session import SessionConfig
-from rltap.testing.proxy import TEST_ADMIN_KEY, RunningProxy
+from rltap.testing.fakes import InstantEngine
+from rltap.testing.proxy import RunningProxy
 
 ROOT = Path(__file__).resolve().parents[2]
-BENCH = ROOT / "bench"
-SOAK_SCRIPT = BENCH / "soak.py"
+SOAK_SCRIPT = ROOT / "bench" / "soak.py"
 
 REPLY = "Hello from the instant engine."
 HOLD = "[hold]"
@@ -40,17 +36,6 @@ ANTHROPIC_TYPES = {
 }
 
 
-def load_bench_module(name: str) -> ModuleType:
-    """`bench/<name>.py` as a module (bench/ is a folder of scripts, not a package)."""
-    spec = importlib.util.spec_from_file_location(f"rltap_bench_{name}", BENCH / f"{name}.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-InstantEngine: Any = load_bench_module("instant_engine").InstantEngine
 MakeProxy = Callable[..., Awaitable[RunningProxy]]
 
 
@@ -63,7 +48,7 @@ def _last_text(request: ModelRequest) -> str:
     return str(content or "")
 
 
-class HeldEngine(InstantEngine):  # type: ignore[misc]
+class HeldEngine(InstantEngine):
     """The instant engine, with calls the test holds (`HOLD`) or slows down (`TRICKLE`)."""
 
     def __init__(
@@ -181,14 +166,9 @@ def generation_body(path: str, text: str, **extra: Any) -> dict[str, Any]:
 GENERATION_PATHS = ("/v1/chat/completions", "/v1/responses", "/v1/messages")
 
 
-def proxy_config(limits: ProxyLimits | None = None, **options: Any) -> ProxyConfig:
-    """The proxies of this suite: the test admin key, 4096 tokens of context."""
-    return ProxyConfig(
-        admin_key=TEST_ADMIN_KEY,
-        model_name="instant",
-        limits=limits or ProxyLimits(capacity=256),
-        session=SessionConfig(
-            max_context=4096, default_max_tokens=64, output_parser=build_output_parser("hermes")
-        ),
-        **options,
+def proxy_config(limits: LimitsConfig | None = None) -> ServeConfig:
+    """The proxies of this suite: 4096 tokens of context, room for 256 sessions."""
+    return ServeConfig(
+        chat=ChatConfig(max_context=4096, default_max_tokens=64),
+        limits=limits or LimitsConfig(capacity=256, model_name="instant"),
     )

@@ -32,9 +32,9 @@ from reliability_support import (
 )
 
 from rltap.chat.renderer import ChatRenderer
+from rltap.config.serve import LimitsConfig
 from rltap.proxy.app import create_app
 from rltap.proxy.server import ProxyServer
-from rltap.proxy.state import ProxyLimits
 from rltap.testing.proxy import TEST_ADMIN_KEY, RunningProxy
 
 # --- schemathesis ---------------------------------------------------------------------------
@@ -136,7 +136,8 @@ def threaded_proxy(renderer: ChatRenderer) -> Iterator[ThreadedProxy]:
     """A proxy with room for every session this module starts."""
     reply_ids = renderer.tokenizer.encode("Fuzzed.", add_special_tokens=False)
     engine = HeldEngine(reply_ids, renderer.end_of_turn_ids[-1])
-    app = create_app(engine, renderer, proxy_config(ProxyLimits(capacity=100_000)))
+    config = proxy_config(LimitsConfig(capacity=100_000))
+    app = create_app(engine, renderer, config, admin_key=TEST_ADMIN_KEY)
     with ThreadedProxy(app) as proxy:
         yield proxy
 

@@ -14,10 +14,9 @@ from typing import Any
 import pytest
 
 from rltap.chat.renderer import ChatRenderer
+from rltap.config.serve import ChatConfig, LimitsConfig, ServeConfig
 from rltap.engines.scripted import Script, ScriptedEngine
-from rltap.proxy.state import ProxyConfig, ProxyLimits
-from rltap.session.session import SessionConfig
-from rltap.testing.proxy import TEST_ADMIN_KEY, RunningProxy, start_test_proxy
+from rltap.testing.proxy import RunningProxy, start_test_proxy
 from rltap.testing.scripts import echo
 
 AGENTS_FILE = Path(__file__).parent / "agents" / "chat_agents.py"
@@ -49,11 +48,9 @@ async def proxy(
     scripted_engine: Callable[..., ScriptedEngine], renderer: ChatRenderer
 ) -> AsyncIterator[RunningProxy]:
     """A proxy answering with the echo script: `Turn N: you said: <last user message>`."""
-    config = ProxyConfig(
-        admin_key=TEST_ADMIN_KEY,
-        model_name="tiny",
-        limits=ProxyLimits(capacity=16),
-        session=SessionConfig(max_context=2048, default_max_tokens=256),
+    config = ServeConfig(
+        chat=ChatConfig(max_context=2048, default_max_tokens=256),
+        limits=LimitsConfig(capacity=16, model_name="tiny"),
     )
     async with start_test_proxy(scripted_engine(), renderer, config) as running:
         yield running

@@ -14,8 +14,10 @@ import torch
 from rltap import DirectOpenAI
 from rltap.chat.renderer import ChatRenderer
 from rltap.client.direct import DirectTransport
+from rltap.config import ChatConfig
 from rltap.engines.scripted import ScriptedEngine
 from rltap.protocols.openai_responses.compaction import COMPACTION_PROMPT
+from rltap.record.types import ModelRequest, ModelResponse
 
 STREAMING = [pytest.param(False, id="json"), pytest.param(True, id="stream")]
 
@@ -149,7 +151,9 @@ async def test_the_direct_clients_config_cuts_max_tokens_and_refuses_images(
 ) -> None:
     image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
     messages: Any = [{"role": "user", "content": [{"type": "text", "text": "hi"}, image]}]
-    client = DirectOpenAI(engine=engine, tokenizer=renderer.tokenizer, max_context=256)
+    client = DirectOpenAI(
+        engine=engine, tokenizer=renderer.tokenizer, chat=ChatConfig(max_context=256)
+    )
     with pytest.raises(openai.BadRequestError) as info:
         await client.chat.completions.create(model="tiny", messages=messages)
     assert "'image_url' at messages[0].content[1]" in info.value.message
@@ -165,9 +169,7 @@ async def test_the_direct_clients_config_cuts_max_tokens_and_refuses_images(
     lenient = DirectOpenAI(
         engine=engine,
         tokenizer=renderer.tokenizer,
-        max_context=256,
-        strict_max_tokens=True,
-        drop_unsupported_content=True,
+        chat=ChatConfig(max_context=256, strict_max_tokens=True, drop_unsupported_content=True),
     )
     completion = await lenient.chat.completions.create(model="tiny", messages=messages)
     assert completion.choices[0].finish_reason == "stop"
@@ -180,6 +182,33 @@ async def test_the_direct_clients_config_cuts_max_tokens_and_refuses_images(
         )
     assert strict.value.code == "context_length_exceeded"
     await lenient.close()
+
+
+async def test_the_direct_client_samples_with_the_chat_sections_defaults(
+    engine: ScriptedEngine, renderer: ChatRenderer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`rltap serve --default-temperature --default-max-tokens` reach a direct client's engine
+    requests too: it takes the same chat section as the proxy."""
+    asked: list[ModelRequest] = []
+    generate = engine.generate
+
+    async def recorded(request: ModelRequest) -> ModelResponse:
+        asked.append(request)
+        return await generate(request)
+
+    monkeypatch.setattr(engine, "generate", recorded)
+    chat = ChatConfig(default_temperature=0.25, default_max_tokens=7)
+    client = DirectOpenAI(engine=engine, tokenizer=renderer.tokenizer, chat=chat)
+    hi: Any = [{"role": "user", "content": "hi"}]
+    await client.chat.completions.create(model="tiny", messages=hi)
+    await client.chat.completions.create(
+        model="tiny",
+        messages=hi,
+        temperature=0.5,
+        max_tokens=3,  # type: ignore[arg-type]
+    )
+    await client.close()
+    assert [(r.temperature, r.max_new_tokens) for r in asked] == [(0.25, 7), (0.5, 3)]
 
 
 async def test_agents_named_by_header_are_recorded_and_exported_by_agent(

@@ -79,16 +79,14 @@ def test_retention_forms(text: str, expected: Retention) -> None:
 @pytest.mark.parametrize("text", ["", "soon", "-3", "0d", "1w"])
 def test_a_bad_retention_is_refused_by_rltap_serve(tiny_model_dir: Path, text: str) -> None:
     from rltap.cli.commands import build_parser
-    from rltap.config import ServerConfig, from_namespace
-    from rltap.proxy import serve_config
+    from rltap.config import ConfigError, ServerConfig, from_namespace
 
     argv = [
         "serve", "--engine", "scripted", "--script", "rltap.testing.scripts:echo",
         "--model", str(tiny_model_dir), "--store", "x.sqlite", "--store-retention", text,
     ]  # fmt: skip
-    config = from_namespace(ServerConfig, build_parser().parse_args(argv)).serve
-    with pytest.raises(SystemExit, match="--store-retention takes an age"):
-        serve_config(config, "k" * 32)
+    with pytest.raises(ConfigError, match="--store-retention takes an age"):
+        from_namespace(ServerConfig, build_parser().parse_args(argv))
 
 
 def test_a_second_writer_on_a_store_is_refused_until_the_first_closes(tmp_path: Path) -> None:

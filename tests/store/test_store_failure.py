@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from rltap.chat.renderer import ChatRenderer
+from rltap.config.serve import ServeConfig
 from rltap.engines.scripted import ScriptedEngine
-from rltap.proxy.state import ProxyConfig
-from rltap.testing.proxy import TEST_ADMIN_KEY, start_test_proxy
+from rltap.testing.proxy import start_test_proxy
 from rltap.testing.scripts import echo
 
 _BODY = {"model": "tiny", "messages": [{"role": "user", "content": "hello"}]}
@@ -24,7 +24,7 @@ async def test_a_store_write_failure_stops_the_store_and_calls_are_503_in_the_ap
 ) -> None:
     store = tmp_path / "capture.sqlite"
     engine = ScriptedEngine(echo, tiny_model, tokenizer=renderer.tokenizer)
-    config = ProxyConfig(admin_key=TEST_ADMIN_KEY, model_name="tiny", store_path=store)
+    config = ServeConfig().with_store(str(store))
     async with start_test_proxy(engine, renderer, config) as proxy:
         _, key = await proxy.start_session()
         first = await proxy.session_post(key, "/v1/chat/completions", _BODY)

@@ -17,7 +17,7 @@ import torch
 from transformers import AutoModelForCausalLM
 from weight_testing import max_logprob_diff
 
-from rltap.config import LoraConfig
+from rltap.config import LoraConfig, UpdateConfig
 from rltap.engines.base import AdapterWeights
 from rltap.engines.scripted import ScriptedEngine
 from rltap.engines.transformers import TransformersEngine
@@ -26,10 +26,9 @@ from rltap.record.pack import TreePack, pack_interactions
 from rltap.record.types import ModelRequest
 from rltap.testing.packs import recorded_call as call
 from rltap.train.lora import is_adapter_folder, lora_model
-from rltap.train.loss import LossSettings
 from rltap.train.run_dir import RunDir
 from rltap.train.sync import weight_source, weight_sync
-from rltap.train.trainer import PolicyTrainer, TrainSettings
+from rltap.train.trainer import PolicyTrainer
 
 PROMPT = [151644, 872, 198, 9707, 11, 1246, 525, 498, 30, 151645, 198, 151644, 77091, 198]
 
@@ -55,8 +54,7 @@ def lora(tiny_model_dir: Path, rank: int = 4, targets: str = "all-linear") -> An
 
 
 def trained(model: Any, steps: int = 2, kl_coef: float = 0.0) -> PolicyTrainer:
-    settings = TrainSettings(lr=1e-2, loss=LossSettings(kl_coef=kl_coef))
-    trainer = PolicyTrainer(model, settings)
+    trainer = PolicyTrainer(model, UpdateConfig(lr=1e-2, kl_coef=kl_coef))
     for step in range(steps):
         trainer.step([tree(0), tree(1)], version=step)
     return trainer
@@ -197,7 +195,7 @@ def test_a_checkpoint_is_the_adapter_and_resumes_the_trainer(
     base = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype="float32")
     settings = LoraConfig(lora_rank=4)
     resumed = lora_model(base, settings, base=str(tiny_model_dir), checkpoint=checkpoint.path)
-    again = PolicyTrainer(resumed, TrainSettings(lr=1e-2))
+    again = PolicyTrainer(resumed, UpdateConfig(lr=1e-2))
     run.load_optimizer(checkpoint, again.optimizer)
     assert torch.equal(logits(resumed), logits(model))
     # The same next step from the checkpoint as from the trainer that saved it.

@@ -13,12 +13,13 @@ import numpy as np
 import pytest
 import torch
 
+from rltap.config import UpdateConfig
 from rltap.record.pack import TreePack, pack_interactions
 from rltap.testing.packs import recorded_call as call
 from rltap.train.advantages import assign_advantages, trainable_tokens
 from rltap.train.forward import packed_token_stats
-from rltap.train.loss import LossSettings, k3, policy_loss
-from rltap.train.trainer import PolicyTrainer, TrainSettings
+from rltap.train.loss import k3, policy_loss
+from rltap.train.trainer import PolicyTrainer
 
 TOLERANCE = 1e-5
 
@@ -39,7 +40,7 @@ def recorded_tree(seed: int = 0) -> TreePack:
     return pack
 
 
-def packed_loss(model: Any, pack: TreePack, settings: LossSettings) -> torch.Tensor:
+def packed_loss(model: Any, pack: TreePack, update: UpdateConfig) -> torch.Tensor:
     tokens = np.flatnonzero(pack.loss_mask)
     logp, entropy = packed_token_stats(model, pack, tokens)
     sums = policy_loss(
@@ -47,13 +48,13 @@ def packed_loss(model: Any, pack: TreePack, settings: LossSettings) -> torch.Ten
         torch.as_tensor(pack.logprobs[tokens]),
         logp.detach(),
         torch.as_tensor(pack.advantages[tokens]),
-        settings,
+        update,
         entropy=entropy,
     )
     return sums.loss / len(tokens)
 
 
-def unpacked_loss(model: Any, pack: TreePack, settings: LossSettings) -> torch.Tensor:
+def unpacked_loss(model: Any, pack: TreePack, update: UpdateConfig) -> torch.Tensor:
     """The same loss, each interaction's outputs scored by a plain forward over its own
     prompt and output (the `individual` export's sequences)."""
     total = torch.zeros(())
@@ -72,7 +73,7 @@ def unpacked_loss(model: Any, pack: TreePack, settings: LossSettings) -> torch.T
             torch.as_tensor(pack.logprobs[at]),
             logp.detach(),
             torch.as_tensor(pack.advantages[at]),
-            settings,
+            update,
         )
         total = total + sums.loss
         tokens += len(own)
@@ -88,9 +89,9 @@ def gradients(model: Any, loss: torch.Tensor) -> dict[str, torch.Tensor]:
 def test_packed_and_unpacked_losses_have_the_same_gradients(tiny_model: Any) -> None:
     pack = recorded_tree()
     assign_advantages([pack], "group")
-    settings = LossSettings(clip=0.2, behaviour_cap=5.0)
-    packed = gradients(tiny_model, packed_loss(tiny_model, pack, settings))
-    unpacked = gradients(tiny_model, unpacked_loss(tiny_model, pack, settings))
+    update = UpdateConfig(clip=0.2, behaviour_cap=5.0)
+    packed = gradients(tiny_model, packed_loss(tiny_model, pack, update))
+    unpacked = gradients(tiny_model, unpacked_loss(tiny_model, pack, update))
     assert packed.keys() == unpacked.keys()
     assert len(packed) == len(list(tiny_model.parameters()))
     gaps = {name: float((packed[name] - unpacked[name]).abs().max()) for name in packed}
@@ -100,7 +101,7 @@ def test_packed_and_unpacked_losses_have_the_same_gradients(tiny_model: Any) -> 
 
 def first_moments(model: Any, packs: list[TreePack], budget: int) -> list[torch.Tensor]:
     """AdamW's first moment after one step, (1 - beta1) x the step's gradient."""
-    trainer = PolicyTrainer(model, TrainSettings(lr=1e-3, micro_batch_tokens=budget))
+    trainer = PolicyTrainer(model, UpdateConfig(lr=1e-3, micro_batch_tokens=budget))
     trainer.step(copy.deepcopy(packs), version=0)
     return [trainer.optimizer.state[p]["exp_avg"] for p in model.parameters()]
 
@@ -152,7 +153,9 @@ def test_clipping_and_the_behaviour_cap() -> None:
     proximal = torch.log(torch.tensor([1 / 1.5, 1 / 1.5, 1.0, 1.0]))  # ratio 1.5, 1.5, 1, 1
     behaviour = proximal - torch.tensor([0.0, 0.0, 10.0, 0.0])  # weight 1, 1, e^10 (capped), 1
     advantages = torch.tensor([1.0, -1.0, 1.0, 1.0])
-    sums = policy_loss(logp, behaviour, proximal, advantages, LossSettings(0.2, 5.0))
+    sums = policy_loss(
+        logp, behaviour, proximal, advantages, UpdateConfig(clip=0.2, behaviour_cap=5.0)
+    )
     # token 0: ratio clipped at 1.2 for a positive advantage; token 1: min keeps 1.5 x -1;
     # token 2: weight capped at 5; token 3: plain.
     assert float(sums.loss) == pytest.approx(-(1.2 - 1.5 + 5.0 * 1.0 + 1.0), rel=1e-6)
@@ -163,16 +166,17 @@ def test_clipping_and_the_behaviour_cap() -> None:
 def test_kl_estimate_is_zero_at_the_reference_and_positive_away_from_it() -> None:
     logp = torch.tensor([-1.0, -2.0])
     zero = torch.zeros(2)
-    at_reference = policy_loss(logp, logp, logp, zero, LossSettings(kl_coef=0.1), reference=logp)
+    update = UpdateConfig(kl_coef=0.1)
+    at_reference = policy_loss(logp, logp, logp, zero, update, reference=logp)
     assert at_reference.kl == 0.0
-    away = policy_loss(logp, logp, logp, zero, LossSettings(kl_coef=0.1), reference=logp - 0.5)
+    away = policy_loss(logp, logp, logp, zero, update, reference=logp - 0.5)
     assert away.kl > 0
     assert float(away.loss) == pytest.approx(0.1 * away.kl, rel=1e-6)
 
 
 def test_a_kl_penalty_needs_a_reference(tiny_model: Any) -> None:
     with pytest.raises(ValueError, match="reference"):
-        PolicyTrainer(tiny_model, TrainSettings(loss=LossSettings(kl_coef=0.1)))
+        PolicyTrainer(tiny_model, UpdateConfig(kl_coef=0.1))
 
 
 def test_k3_is_never_negative_and_zero_only_where_the_policies_agree() -> None:

@@ -17,7 +17,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rltap.config import EngineConfig, LoopConfig, RayConfig, ServeConfig, TrainConfig
-from rltap.config.train import LoraConfig
+from rltap.config.train import LoraConfig, UpdateConfig
 from rltap.engines.transformers import TransformersEngine
 from rltap.record.pack import pack_interactions
 from rltap.record.types import ModelRequest
@@ -25,7 +25,7 @@ from rltap.testing.packs import recorded_call
 from rltap.train.lora import lora_model
 from rltap.train.shared import SharedModelSync, local_training, shares_model
 from rltap.train.sync import weight_sync
-from rltap.train.trainer import PolicyTrainer, TrainSettings
+from rltap.train.trainer import PolicyTrainer
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_toy"
 PROMPT = [151644, 872, 198, 9707, 11, 1246, 525, 498, 30, 151645, 198, 151644, 77091, 198]
@@ -84,7 +84,7 @@ async def test_without_async_the_engine_generates_with_the_trainer_model(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     model = trainer_model(tiny_model_dir)
-    trainer = PolicyTrainer(model, TrainSettings(lr=1e-2))
+    trainer = PolicyTrainer(model, UpdateConfig(lr=1e-2))
     copied = TransformersEngine(str(tiny_model_dir))  # what a second copy does
     await copied.start()
     config = train_config(tiny_model_dir, tmp_path / "run")
@@ -123,7 +123,7 @@ async def test_with_async_the_engine_keeps_a_copy_that_a_push_updates(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     model = trainer_model(tiny_model_dir)
-    trainer = PolicyTrainer(model, TrainSettings(lr=1e-2))
+    trainer = PolicyTrainer(model, UpdateConfig(lr=1e-2))
     config = train_config(tiny_model_dir, tmp_path / "run", loop=LoopConfig(async_rollouts=True))
     async with local_training(config, model, tmp_path / "sync") as local:
         engine = local.serving.engine
@@ -145,7 +145,7 @@ async def test_a_lora_run_shares_the_base_model_that_holds_the_adapter(
 ) -> None:
     settings = LoraConfig(lora_rank=4)
     model = lora_model(trainer_model(tiny_model_dir), settings, base=str(tiny_model_dir))
-    trainer = PolicyTrainer(model, TrainSettings(lr=5e-2))
+    trainer = PolicyTrainer(model, UpdateConfig(lr=5e-2))
     copied = TransformersEngine(str(tiny_model_dir))  # takes the adapter at each push
     await copied.start()
     config = train_config(tiny_model_dir, tmp_path / "run", lora=settings)

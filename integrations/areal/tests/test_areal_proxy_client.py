@@ -16,19 +16,17 @@ from areal.experimental.openai.proxy.client_session import OpenAIProxyClient
 from rltap.areal import ArealEngine
 from rltap.chat.renderer import ChatRenderer
 from rltap.client.proxy import interactions_from_export
+from rltap.config.serve import ChatConfig, LimitsConfig, ServeConfig
 from rltap.engines.scripted import ScriptedEngine
 from rltap.proxy.control import ExportRequest, export_body
-from rltap.proxy.state import ProxyConfig
-from rltap.session.session import SessionConfig
 from rltap.testing.areal_engine import ScriptedArealEngine
 from rltap.testing.proxy import TEST_ADMIN_KEY, start_test_proxy
 from rltap.testing.scripts import echo
 
 # `rltap serve --export-format areal`: AReaL's trainer reads the default body.
-AREAL_CONFIG = ProxyConfig(
-    admin_key=TEST_ADMIN_KEY,
-    session=SessionConfig(max_context=2048, default_max_tokens=16),
-    export_format="areal",
+AREAL_CONFIG = ServeConfig(
+    chat=ChatConfig(max_context=2048, default_max_tokens=16),
+    limits=LimitsConfig(export_format="areal"),
 )
 
 

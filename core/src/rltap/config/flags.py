@@ -31,6 +31,8 @@ from dataclasses import MISSING, dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
+from rltap.record.errors import RltapError
+
 __all__ = [
     "ConfigError",
     "Setting",
@@ -49,8 +51,10 @@ T = TypeVar("T")
 _CONFIG = "config"
 
 
-class ConfigError(ValueError):
-    """A setting's value is refused; the message names its flag."""
+class ConfigError(RltapError, ValueError):
+    """A setting's value is refused; the message names its flag. Raised where the setting is
+    declared (its dataclass's `__post_init__`, a property deriving from it); `parse` turns it
+    into a usage error, and `rltap.cli` does for the library's own checks."""
 
 
 def option(
@@ -322,17 +326,29 @@ def read_config_file(path: Path, every: Sequence[Setting]) -> dict[str, Any]:
 
 
 def _load(path: Path) -> dict[Any, Any]:
-    text = path.read_text()
-    if path.suffix in (".yaml", ".yml"):
+    if path.suffix not in (".yaml", ".yml", ".toml"):
+        msg = f"{path}: a config file is .yaml, .yml or .toml"
+        raise ConfigError(msg)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        msg = f"{path}: {exc.strerror or exc}"
+        raise ConfigError(msg) from None
+    if path.suffix == ".toml":
+        try:
+            raw = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            msg = f"{path}: {exc}"
+            raise ConfigError(msg) from None
+    else:
         import yaml
 
-        raw = yaml.safe_load(text) or {}
-    elif path.suffix == ".toml":
-        raw = tomllib.loads(text)
-    else:
-        msg = f"{path}: a config file is .yaml, .yml or .toml"
-        raise SystemExit(msg)
+        try:
+            raw = yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            msg = f"{path}: {exc}"
+            raise ConfigError(msg) from None
     if not isinstance(raw, dict):
         msg = f"{path}: expected a mapping of keys to values"
-        raise SystemExit(msg)
+        raise ConfigError(msg)
     return raw

@@ -1,7 +1,7 @@
 """`rltap train`'s settings: the loop (`LoopConfig`), the update (`UpdateConfig`), and the
 episodes' rollouts on the proxy's settings (`TrainConfig.rollout()`): train = serve + rollout
-+ update. `rltap.train.trainer.TrainSettings` and `rltap.train.loss.LossSettings` take their
-defaults from `UpdateConfig`.
++ update. `rltap.train.trainer.PolicyTrainer` and `rltap.train.loss.policy_loss` take the
+`UpdateConfig` (and the trainer the `LoopConfig`) themselves.
 
 Every flag is also a key of a YAML or TOML `--config` file (`rltap.config.flags`):
 
@@ -14,7 +14,7 @@ Every flag is also a key of a YAML or TOML `--config` file (`rltap.config.flags`
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, get_args
 
 from rltap.config.evaluate import TrainEvalConfig
 from rltap.config.flags import ConfigError, option, section
@@ -52,16 +52,23 @@ class LoopConfig:
             if getattr(self, name) < 1:
                 msg = f"--{name.replace('_', '-')} must be at least 1"
                 raise ConfigError(msg)
+        if self.max_staleness < 0:
+            raise ConfigError("--max-staleness must be at least 0")
         if self.async_rollouts and self.max_staleness < 1:
             msg = "--async trains on tokens one version old: it needs --max-staleness >= 1"
             raise ConfigError(msg)
+
+
+Algorithm = Literal["grpo", "ppo"]
+# How advantages are normalised (`rltap.train.advantages.Normalisation`'s values but "none").
+Normalisation = Literal["group", "batch"]
 
 
 @dataclass(frozen=True, kw_only=True)
 class UpdateConfig:
     """The policy update: algorithm, optimizer and the clipped objective's knobs."""
 
-    algo: Literal["grpo", "ppo"] = option(
+    algo: Algorithm = option(
         "grpo",
         "grpo: advantages normalised per group, one update per step; ppo: normalised over "
         "the step, --minibatches updates per step (default 4)",
@@ -88,6 +95,31 @@ class UpdateConfig:
         "the agents' sampling T: every call of an episode samples with it, whatever T the "
         "agent asks for (the trainer divides the logits by the same T)",
     )
+
+    def __post_init__(self) -> None:
+        if self.algo not in get_args(Algorithm):
+            msg = f"--algo takes one of {', '.join(get_args(Algorithm))}, got {self.algo!r}"
+            raise ConfigError(msg)
+        if self.minibatches is not None and self.minibatches < 1:
+            raise ConfigError("--minibatches must be at least 1")
+        if self.micro_batch_tokens < 1:
+            raise ConfigError("--micro-batch-tokens must be at least 1")
+        if self.temperature <= 0:
+            raise ConfigError("--temperature must be positive (the trainer divides by it)")
+        if self.clip < 0 or self.behaviour_cap <= 0 or self.kl_coef < 0:
+            raise ConfigError("--clip and --kl-coef must be >= 0, --behaviour-cap positive")
+
+    @property
+    def updates_per_step(self) -> int:
+        """--minibatches, or the one --algo implies: 4 for ppo, 1 for grpo."""
+        if self.minibatches is not None:
+            return self.minibatches
+        return 4 if self.algo == "ppo" else 1
+
+    @property
+    def normalisation(self) -> Normalisation:
+        """How --algo normalises advantages: per group (grpo) or over the step (ppo)."""
+        return "batch" if self.algo == "ppo" else "group"
 
 
 @dataclass(frozen=True, kw_only=True)

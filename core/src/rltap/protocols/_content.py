@@ -5,7 +5,7 @@ Images, audio, files and documents (Chat `image_url` / `input_audio` / `file`, R
 the chat template, which renders text only and drops them without a word. So each protocol takes
 every part that is not text out of the canonical messages as it converts them and lists it, with
 its path in the request, in `CanonicalRequest.unsupported_content`; the session then refuses the
-request naming the first one (400), or, with `SessionConfig.drop_unsupported_content`
+request naming the first one (400), or, with `ChatConfig.drop_unsupported_content`
 (`--drop-unsupported-content`), goes on without them.
 
 Kept: text parts, and a `refusal` part of an echoed assistant reply (the model's own words).

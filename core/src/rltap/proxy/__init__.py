@@ -22,13 +22,11 @@ if TYPE_CHECKING:
     )
     from rltap.proxy.app import create_app
     from rltap.proxy.errors import install_error_handlers
-    from rltap.proxy.server import ProxyServer, ServeSetup, run_serve, serve_config
-    from rltap.proxy.state import ProxyConfig, ProxyLimits, ProxyState
+    from rltap.proxy.server import ProxyServer, ServeSetup, run_serve
+    from rltap.proxy.state import ProxyState
 
 __all__ = [
     "OpenAIProxyClient",
-    "ProxyConfig",
-    "ProxyLimits",
     "ProxyServer",
     "ProxyState",
     "Reply",
@@ -37,14 +35,11 @@ __all__ = [
     "install_error_handlers",
     "interactions_from_export",
     "run_serve",
-    "serve_config",
     "tree_from_export",
 ]
 
 _LAZY = {
     "OpenAIProxyClient": "rltap.client.proxy",
-    "ProxyConfig": "rltap.proxy.state",
-    "ProxyLimits": "rltap.proxy.state",
     "ProxyServer": "rltap.proxy.server",
     "ProxyState": "rltap.proxy.state",
     "Reply": "rltap.client.proxy",
@@ -53,7 +48,6 @@ _LAZY = {
     "install_error_handlers": "rltap.proxy.errors",
     "interactions_from_export": "rltap.client.proxy",
     "run_serve": "rltap.proxy.server",
-    "serve_config": "rltap.proxy.server",
     "tree_from_export": "rltap.client.proxy",
 }
 

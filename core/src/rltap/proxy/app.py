@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
@@ -20,12 +23,14 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 
 from rltap.chat.renderer import ChatRenderer
+from rltap.config.serve import ServeConfig
 from rltap.engines.base import InferenceEngine
 from rltap.proxy import control, generation, operations
 from rltap.proxy.errors import install_error_handlers
 from rltap.proxy.metrics import ProxyMetrics
 from rltap.proxy.middleware import BodyLimitMiddleware, MetricsMiddleware
-from rltap.proxy.state import ProxyConfig, ProxyState, SessionStore
+from rltap.proxy.state import ProxyState, SessionStore
+from rltap.session.engine_request import output_parser
 from rltap.session.session import Session
 from rltap.store.capture import CaptureStore
 from rltap.tree.cache import InteractionCache
@@ -36,20 +41,35 @@ if TYPE_CHECKING:
 __all__ = ["create_app"]
 
 
-def create_app(engine: InferenceEngine, renderer: ChatRenderer, config: ProxyConfig) -> FastAPI:
-    """The proxy as an ASGI app; the engine starts and stops with it."""
+def create_app(
+    engine: InferenceEngine,
+    renderer: ChatRenderer,
+    config: ServeConfig | None = None,
+    *,
+    admin_key: str,
+) -> FastAPI:
+    """The proxy as an ASGI app on `rltap serve`'s settings (`config`; its engine section names
+    the model, `engine` and `renderer` are already built from it); the engine starts and stops
+    with it. Every session takes the chat section, with --max-context filled in from the
+    model's config.json when unset.
 
+    Usage:
+        app = create_app(engine, renderer, ServeConfig(limits=LimitsConfig(capacity=64)),
+                         admin_key=key)
+    """
+    config = _with_context(config or ServeConfig())
+    output_parser(config.chat)  # an unknown parser name fails here, not at the first session
     capture = _capture_store(config, renderer)
 
     def new_session(session_id: str) -> Session:
         cache = InteractionCache(None if capture is None else capture.journal(session_id))
-        return Session(engine, renderer, config.session, session_id=session_id, cache=cache)
+        return Session(engine, renderer, config.chat, session_id=session_id, cache=cache)
 
     state = ProxyState(
         config=config,
         engine=engine,
         renderer=renderer,
-        store=SessionStore(config.admin_key, new_session, config.limits, capture=capture),
+        store=SessionStore(admin_key, new_session, config.limits, capture=capture),
         metrics=ProxyMetrics(),
     )
 
@@ -81,7 +101,7 @@ def create_app(engine: InferenceEngine, renderer: ChatRenderer, config: ProxyCon
         *(route for router in control.ROUTERS for route in router.routes),
     ]
     routes = [route.path for route in documented if isinstance(route, APIRoute)]
-    app.add_middleware(BodyLimitMiddleware, max_body_bytes=config.max_body_bytes)
+    app.add_middleware(BodyLimitMiddleware, max_body_bytes=config.limits.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=state.metrics, routes=routes)
     install_error_handlers(app)
 
@@ -97,12 +117,28 @@ def create_app(engine: InferenceEngine, renderer: ChatRenderer, config: ProxyCon
     return app
 
 
-def _capture_store(config: ProxyConfig, renderer: ChatRenderer) -> CaptureStore | None:
+def _with_context(config: ServeConfig) -> ServeConfig:
+    """`config` with the chat section's --max-context set: the model's `max_position_embeddings`
+    when the flag leaves it unset and the model folder says one."""
+    if config.chat.max_context or not config.engine.model:
+        return config
+    model_config = Path(config.engine.model) / "config.json"
+    if not model_config.is_file():
+        return config
+    value = json.loads(model_config.read_text()).get("max_position_embeddings")
+    if not isinstance(value, int) or value < 1:
+        return config
+    chat = dataclasses.replace(config.chat, max_context=value)
+    return dataclasses.replace(config, chat=chat)
+
+
+def _capture_store(config: ServeConfig, renderer: ChatRenderer) -> CaptureStore | None:
     """The durable store of `config` (`rltap serve --store`), opened and recovered; or None."""
-    if config.store_path is None:
+    path = config.store.path
+    if path is None:
         return None
 
-    capture = CaptureStore(config.store_path, config.store_retention)
+    capture = CaptureStore(path, config.store.retention)
     # The viewer decodes the recorded tokens with the tokenizer that made them.
     capture.set_meta("tokenizer", str(getattr(renderer.tokenizer, "name_or_path", "")))
     return capture

@@ -5,7 +5,7 @@
 number, not a string).
 
 `POST /export_trajectories` answers in one of two formats, the request's `format` or else the
-proxy's `ProxyConfig.export_format` (`rltap serve --export-format`), each with its tensor envelope
+proxy's `LimitsConfig.export_format` (`rltap serve --export-format`), each with its tensor envelope
 from `rltap.record.tensor_codec`:
 - `"rltap"`: `{"session_id", "task_id", "state", "style", "discount", "discount_mode",
   "link_factors", "interactions": [...], "not_exported": [...]}`, each interaction with its
@@ -129,7 +129,7 @@ class ExportRequest(BaseModel):
     link_factors: dict[str, float] | None = None
     # Only these agents' interactions (concat: sequences); rewards discounted over all first.
     agents: list[str] | None = Field(default=None, min_length=1)
-    # Seconds to wait for the session to end; at most the proxy's `max_export_wait`.
+    # Seconds to wait for the session to end; at most the proxy's --max-export-wait.
     wait_timeout: float | None = Field(default=None, ge=0.0, allow_inf_nan=False)
 
 
@@ -194,15 +194,15 @@ async def set_version(request: Request, body: SetVersionRequest) -> Response:
 @admin_routes.post("/export_trajectories")
 async def export_trajectories(request: Request, body: ExportRequest) -> Response:
     state = proxy_state(request)
-    config = state.config
-    timeout = config.export_wait_timeout if body.wait_timeout is None else body.wait_timeout
-    if timeout > config.max_export_wait:
-        msg = f"wait_timeout must be at most {config.max_export_wait:g} seconds, got {timeout:g}"
+    limits = state.config.limits
+    timeout = limits.export_wait_timeout if body.wait_timeout is None else body.wait_timeout
+    if timeout > limits.max_export_wait:
+        msg = f"wait_timeout must be at most {limits.max_export_wait:g} seconds, got {timeout:g}"
         raise InvalidRequest(msg, param="wait_timeout")
     record = await _session_record(state, body.session_id)
     await _wait_until_done(record, timeout)
     # A 400 here (a bad link factor) keeps the session.
-    exported = export_body(record, body, config.export_format)
+    exported = export_body(record, body, limits.export_format)
     state.store.free(record)
     state.metrics.open_sessions.set(state.store.open_sessions)
     if state.store.capture is not None:
@@ -224,7 +224,7 @@ async def _session_record(state: ProxyState, session_id: str) -> SessionRecord:
         if stored is None or stored.exported is not None:
             raise
     session = Session(
-        state.engine, state.renderer, state.config.session, session_id=session_id,
+        state.engine, state.renderer, state.config.chat, session_id=session_id,
         cache=stored.cache,
     )  # fmt: skip
     record = SessionRecord(

@@ -3,43 +3,28 @@
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import os
 import secrets
 from dataclasses import dataclass
-from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
 
 from rltap.chat.renderer import ChatRenderer
-from rltap.chat.streaming import build_output_parser
-from rltap.config.serve import FALLBACK_MAX_CONTEXT, ServeConfig, ServerConfig, StoreConfig
+from rltap.config.serve import ServeConfig, ServerConfig, check_admin_key
 from rltap.engines.base import InferenceEngine
 from rltap.engines.factory import create_engine
 from rltap.proxy.app import create_app
-from rltap.proxy.state import ProxyConfig, ProxyLimits
-from rltap.session.session import SessionConfig
-from rltap.store.capture import StoreInUse
-from rltap.store.retention import parse_retention
-
-if TYPE_CHECKING:
-    from rltap.store.retention import Retention
 
 __all__ = [
     "UVICORN_OPTIONS",
     "ProxyServer",
     "ServeSetup",
-    "check_admin_key",
     "run_serve",
-    "serve_config",
 ]
 
-# Keys anyone would guess; refused when the proxy listens beyond loopback.
-_WEAK_KEYS = frozenset({"admin", "test", "secret", "password", "changeme", "rltap", "areal", "key"})
-_MIN_PUBLIC_KEY_LEN = 16
 # How uvicorn runs the proxy, in `rltap serve` and in tests alike. rltap does not trust
 # X-Forwarded-* headers (nothing it does depends on the client's address), so uvicorn's
 # proxy-headers middleware, on by default, would be one more layer on every request for nothing.
@@ -62,27 +47,6 @@ UVICORN_OPTIONS: dict[str, Any] = {
     "loop": "uvloop",
     "http": "httptools",
 }
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def check_admin_key(admin_key: str, host: str) -> None:
-    """Refuse an empty or guessable admin key on a non-loopback address."""
-    if _is_loopback(host):
-        return
-    if not admin_key or admin_key.lower() in _WEAK_KEYS or len(admin_key) < _MIN_PUBLIC_KEY_LEN:
-        msg = (
-            f"refusing to listen on {host} with a known or short admin key; use at least "
-            f"{_MIN_PUBLIC_KEY_LEN} random characters (--admin-key or RLTAP_ADMIN_KEY)"
-        )
-        raise SystemExit(msg)
 
 
 class ProxyServer:
@@ -126,113 +90,58 @@ class ProxyServer:
             await self._task
 
 
-def _max_context(config: ServeConfig, engine: InferenceEngine) -> int:
-    if config.chat.max_context:
-        return int(config.chat.max_context)
-    limit = getattr(engine, "max_context", None)
-    if isinstance(limit, int) and limit > 0:
-        return limit
-    model_config = Path(config.engine.model or "") / "config.json"
-    if model_config.is_file():
-        import json
-
-        value = json.loads(model_config.read_text()).get("max_position_embeddings")
-        if isinstance(value, int):
-            return value
-    return FALLBACK_MAX_CONTEXT
-
-
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class ServeSetup:
+    """The engine and renderer `rltap serve`'s settings name, loaded, with those settings.
+
+    Usage:
+        setup = ServeSetup.load(config)
+        async with ProxyServer(setup.app(admin_key)) as server: ...
+    """
+
     engine: InferenceEngine
     renderer: ChatRenderer
-    config: ProxyConfig
+    config: ServeConfig
 
+    @classmethod
+    def load(
+        cls, config: ServeConfig, *, engine: InferenceEngine | None = None, tokenizer: Any = None
+    ) -> ServeSetup:
+        """The engine `config` names (or `engine`, given: `rltap train`'s on the trainer's
+        model) and a renderer of its tokenizer folder (rendering with `tokenizer` when given,
+        the same folder already loaded); `ConfigError` when the settings name no folder."""
+        folder = config.engine.tokenizer_dir  # before the engine loads: fail fast
+        engine = engine or create_engine(
+            config.engine.engine,
+            model=config.engine.model,
+            tokenizer=folder,
+            url=config.engine.url,
+            script=config.engine.script,
+            num_threads=config.engine.num_threads,
+            device=config.engine.device,
+            max_prefill_tokens=config.engine.max_prefill_tokens,
+        )
+        mode = config.chat.chat_template_mode
+        renderer = ChatRenderer.from_pretrained(folder, mode=mode, tokenizer=tokenizer)
+        return cls(engine=engine, renderer=renderer, config=config)
 
-def serve_config(
-    config: ServeConfig,
-    admin_key: str,
-    *,
-    engine: InferenceEngine | None = None,
-    tokenizer: Any = None,
-) -> ServeSetup:
-    """Engine, renderer and proxy config from `rltap serve`'s settings; `engine`, when given,
-    serves instead of the one the settings name (`rltap train`'s on the trainer's model), and
-    the renderer renders with `tokenizer`, when given (the settings' tokenizer, already loaded)."""
-    store, retention = _store_settings(config.store)  # before the engine loads: fail fast
-    engine_config, chat, limits = config.engine, config.chat, config.limits
-    tokenizer_dir = engine_config.tokenizer or engine_config.model
-    if not tokenizer_dir:
-        msg = "--tokenizer (or --model) must name a local tokenizer folder"
-        raise SystemExit(msg)
-    engine = engine or create_engine(
-        engine_config.engine,
-        model=engine_config.model,
-        tokenizer=tokenizer_dir,
-        url=engine_config.url,
-        script=engine_config.script,
-        num_threads=engine_config.num_threads,
-        device=engine_config.device,
-        max_prefill_tokens=engine_config.max_prefill_tokens,
-    )
-    renderer = ChatRenderer.from_pretrained(
-        tokenizer_dir, mode=chat.chat_template_mode, tokenizer=tokenizer
-    )
-    session = SessionConfig(
-        max_context=_max_context(config, engine),
-        default_max_tokens=chat.default_max_tokens,
-        default_temperature=chat.default_temperature,
-        output_parser=build_output_parser(chat.tool_parser, chat.reasoning_parser),
-        strict_max_tokens=chat.strict_max_tokens,
-        drop_unsupported_content=chat.drop_unsupported_content,
-    )
-    proxy_limits = ProxyLimits(
-        capacity=limits.capacity, session_ttl=limits.session_ttl, export_grace=limits.export_grace
-    )
-    name = limits.model_name or Path(str(engine_config.model or tokenizer_dir)).name
-    proxy_config = ProxyConfig(
-        admin_key=admin_key,
-        model_name=name,
-        limits=proxy_limits,
-        session=session,
-        max_body_bytes=limits.max_body_bytes,
-        export_format=limits.export_format,
-        store_path=store,
-        store_retention=retention,
-    )
-    return ServeSetup(engine=engine, renderer=renderer, config=proxy_config)
-
-
-def _store_settings(config: StoreConfig) -> tuple[Path | None, Retention | None]:
-    """`--store` and `--store-retention`."""
-    store, text = config.store, config.store_retention
-    if text is None:
-        return (None if store is None else Path(store)), None
-    if store is None:
-        raise SystemExit("--store-retention needs --store")
-
-    try:
-        return Path(store), parse_retention(text)
-    except ValueError as exc:
-        raise SystemExit(str(exc)) from None
+    def app(self, admin_key: str) -> FastAPI:
+        """The proxy's app on this engine, renderer and settings (`create_app`)."""
+        return create_app(self.engine, self.renderer, self.config, admin_key=admin_key)
 
 
 def run_serve(config: ServerConfig) -> int:
-    """`rltap serve`: the proxy in front of an engine, until interrupted."""
-    admin_key = config.admin_key
+    """`rltap serve`: the proxy in front of an engine, until interrupted. A refused setting
+    raises `ConfigError`, a store another proxy holds `StoreInUse`."""
+    admin_key = config.admin_key  # ServerConfig checked an explicit one against --host
     if admin_key is None:
         admin_key = os.environ.get("RLTAP_ADMIN_KEY")
-    if admin_key is not None:
-        check_admin_key(admin_key, config.host)  # an explicit "" is an empty key: refused
+        if admin_key is not None:
+            check_admin_key(admin_key, config.host)
     generated = not admin_key
     if not admin_key:
         admin_key = secrets.token_urlsafe(24)
-    setup = serve_config(config.serve, admin_key)
-
-    try:
-        app = create_app(setup.engine, setup.renderer, setup.config)
-    except StoreInUse as exc:
-        raise SystemExit(str(exc)) from None
+    app = ServeSetup.load(config.serve).app(admin_key)
     if generated:
         print(f"rltap admin key (generated): {admin_key}", flush=True)
     where = f"http://{config.host}:{config.port}"

@@ -1,5 +1,8 @@
 """The proxy's sessions, their keys, and the capacity they hold.
 
+The settings are `rltap.config`'s own: `SessionStore` takes the `LimitsConfig`, `ProxyState`
+the whole `ServeConfig` (its chat section is every session's).
+
 Capacity: the proxy runs at most `capacity` sessions at once. `grant` reserves a slot that expires
 after `grant_ttl` unless a session starts on it; a session holds its slot until it ends, is reaped
 or its grant expires unused. `start` consumes a grant (or takes a free slot directly).
@@ -24,11 +27,10 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rltap.chat.renderer import ChatRenderer
-from rltap.config.serve import LimitsConfig
+from rltap.config.serve import LimitsConfig, ServeConfig
 from rltap.engines.base import InferenceEngine
 from rltap.proxy.metrics import ProxyMetrics
 from rltap.record.errors import (
@@ -42,16 +44,12 @@ from rltap.record.errors import (
 )
 from rltap.record.ids import random_hex
 from rltap.record.sampling import EpisodeSampling
-from rltap.record.tensor_codec import TensorEnvelope
-from rltap.session.session import Session, SessionConfig
+from rltap.session.session import Session
 
 if TYPE_CHECKING:
     from rltap.store.capture import CaptureStore
-    from rltap.store.retention import Retention
 
 __all__ = [
-    "ProxyConfig",
-    "ProxyLimits",
     "ProxyState",
     "SessionRecord",
     "SessionState",
@@ -71,21 +69,6 @@ class SessionState(enum.StrEnum):
     ENDED = "ended"  # by the agent (end_session)
     REAPED = "reaped"  # idle past the TTL
     INTERRUPTED = "interrupted"  # still active when its proxy died (read back from its store)
-
-
-@dataclass(slots=True, kw_only=True)
-class ProxyLimits:
-    """Capacity and timing of the session store.
-
-    Usage:
-        ProxyLimits(capacity=64, session_ttl=900, export_grace=600)
-    """
-
-    capacity: int = LimitsConfig.capacity
-    grant_ttl: float = 300.0
-    session_ttl: float = LimitsConfig.session_ttl
-    export_grace: float = LimitsConfig.export_grace
-    reap_interval: float = 5.0
 
 
 @dataclass(slots=True, kw_only=True)
@@ -126,14 +109,14 @@ class SessionStore:
         self,
         admin_key: str,
         new_session: Callable[[str], Session],
-        limits: ProxyLimits | None = None,
+        limits: LimitsConfig | None = None,
         clock: Callable[[], float] = time.monotonic,
         capture: CaptureStore | None = None,
     ) -> None:
         self.capture = capture
         self._admin_hash = key_digest(admin_key)
         self._new_session = new_session
-        self.limits = limits or ProxyLimits()
+        self.limits = limits or LimitsConfig()
         self._clock = clock
         self._by_id: dict[str, SessionRecord] = {}
         self._by_key: dict[bytes, SessionRecord] = {}
@@ -307,32 +290,10 @@ class SessionStore:
 
 
 @dataclass(slots=True, kw_only=True)
-class ProxyConfig:
-    """Everything the app needs besides the engine and the renderer.
-
-    Usage:
-        ProxyConfig(admin_key="...", model_name="qwen-tiny", limits=ProxyLimits(capacity=64))
-    """
-
-    admin_key: str
-    model_name: str = "rltap"
-    limits: ProxyLimits = field(default_factory=ProxyLimits)
-    session: SessionConfig = field(default_factory=SessionConfig)
-    max_body_bytes: int = LimitsConfig.max_body_bytes
-    export_wait_timeout: float = 30.0
-    max_export_wait: float = 600.0
-    # The body `/export_trajectories` answers when a request names no `format`.
-    export_format: TensorEnvelope = LimitsConfig.export_format
-    # The durable capture store (`rltap serve --store`); None: memory only.
-    store_path: Path | None = None
-    store_retention: Retention | None = None
-
-
-@dataclass(slots=True, kw_only=True)
 class ProxyState:
-    """What the routes share: config, engine, renderer, sessions and metrics."""
+    """What the routes share: the settings, engine, renderer, sessions and metrics."""
 
-    config: ProxyConfig
+    config: ServeConfig
     engine: InferenceEngine
     renderer: ChatRenderer
     store: SessionStore

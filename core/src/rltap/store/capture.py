@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rltap.record.errors import StoreUnavailable
+from rltap.record.errors import RltapError, StoreUnavailable
 from rltap.record.types import InteractionWithTokenLogpReward
 from rltap.store import writer
 from rltap.store.retention import Retention, prune, prune_statements
@@ -52,8 +52,8 @@ _PRUNE_EVERY = 5.0  # seconds between two retention passes
 _PIPE_SIZE = 1 << 20  # room for the writer's bursts (Linux's default limit for a pipe)
 
 
-class StoreInUse(RuntimeError):
-    """Another process has the store open for writing."""
+class StoreInUse(RltapError, RuntimeError):
+    """Another process has the store open for writing (`rltap serve --store`: a usage error)."""
 
 
 class CaptureStore:

@@ -17,13 +17,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 from rltap.chat.renderer import ChatRenderer
-from rltap.chat.streaming import build_output_parser
+from rltap.config.serve import ChatConfig, LimitsConfig, ServeConfig
 from rltap.engines.base import InferenceEngine
-from rltap.proxy import ProxyConfig, ProxyLimits
 from rltap.record.types import InteractionWithTokenLogpReward
-from rltap.session.session import SessionConfig
 from rltap.testing.models import cached_tiny_model_dir
-from rltap.testing.proxy import TEST_ADMIN_KEY, RunningProxy, start_test_proxy
+from rltap.testing.proxy import RunningProxy, start_test_proxy
 from rltap.testing.scripts import tool_loop
 from rltap.tree.export import branch_sequence
 
@@ -106,15 +104,11 @@ async def embedded_proxy(
 async def _tiny_proxy(
     engine: InferenceEngine, capacity: int, reasoning_parser: str | None
 ) -> AsyncIterator[RunningProxy]:
-    config = ProxyConfig(
-        admin_key=TEST_ADMIN_KEY,
-        model_name="tiny",
-        limits=ProxyLimits(capacity=capacity),
-        session=SessionConfig(
-            max_context=4096,
-            default_max_tokens=256,
-            output_parser=build_output_parser("hermes", reasoning_parser),
+    config = ServeConfig(
+        chat=ChatConfig(
+            max_context=4096, default_max_tokens=256, reasoning_parser=reasoning_parser
         ),
+        limits=LimitsConfig(capacity=capacity, model_name="tiny"),
     )
     async with start_test_proxy(engine, tiny_renderer(), config) as proxy:
         yield proxy

@@ -16,8 +16,9 @@ from typing import Any
 import httpx
 
 from rltap.chat.renderer import ChatRenderer
+from rltap.config.serve import ServeConfig
 from rltap.engines.base import InferenceEngine
-from rltap.proxy import ProxyConfig, ProxyServer, ProxyState, create_app
+from rltap.proxy import ProxyServer, ProxyState, create_app
 
 __all__ = ["TEST_ADMIN_KEY", "RunningProxy", "start_test_proxy"]
 
@@ -65,10 +66,12 @@ class RunningProxy:
 async def start_test_proxy(
     engine: InferenceEngine,
     renderer: ChatRenderer,
-    config: ProxyConfig | None = None,
+    config: ServeConfig | None = None,
+    *,
+    admin_key: str = TEST_ADMIN_KEY,
 ) -> AsyncIterator[RunningProxy]:
-    """Serve `engine` on a free 127.0.0.1 port for the duration of the block."""
-    config = config or ProxyConfig(admin_key=TEST_ADMIN_KEY)
-    app = create_app(engine, renderer, config)
+    """Serve `engine` on a free 127.0.0.1 port for the duration of the block, on `rltap serve`'s
+    settings `config` (its defaults when None)."""
+    app = create_app(engine, renderer, config, admin_key=admin_key)
     async with ProxyServer(app) as server, httpx.AsyncClient(timeout=120) as http:
-        yield RunningProxy(server.url, config.admin_key, app.state.rltap, http)
+        yield RunningProxy(server.url, admin_key, app.state.rltap, http)

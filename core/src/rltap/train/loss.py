@@ -33,16 +33,7 @@ import torch
 
 from rltap.config.train import UpdateConfig
 
-__all__ = ["LossSettings", "LossSums", "k3", "policy_loss"]
-
-
-@dataclass(frozen=True, slots=True)
-class LossSettings:
-    """The objective's knobs (`rltap train --clip --kl-coef --behaviour-cap`)."""
-
-    clip: float = UpdateConfig.clip
-    behaviour_cap: float = UpdateConfig.behaviour_cap
-    kl_coef: float = UpdateConfig.kl_coef
+__all__ = ["LossSums", "k3", "policy_loss"]
 
 
 @dataclass(slots=True)
@@ -61,12 +52,13 @@ def policy_loss(
     behaviour: torch.Tensor,
     proximal: torch.Tensor,
     advantages: torch.Tensor,
-    settings: LossSettings,
+    update: UpdateConfig,
     *,
     entropy: torch.Tensor | None = None,
     reference: torch.Tensor | None = None,
 ) -> LossSums:
-    """The loss summed over the given tokens (all 1-D, one value per token).
+    """The loss summed over the given tokens (all 1-D, one value per token), with the knobs of
+    `update` (`rltap train --clip --behaviour-cap --kl-coef`).
 
     `kl` in the result is KL(trained || reference) when `reference` is given (`--kl-coef` > 0:
     the drift from the initial model), else the same estimate against the behaviour policy.
@@ -75,14 +67,14 @@ def policy_loss(
     mismatch (numerics, a stale token's older weights), not learning."""
 
     ratio = torch.exp(logprobs - proximal)
-    low, high = 1.0 - settings.clip, 1.0 + settings.clip
+    low, high = 1.0 - update.clip, 1.0 + update.clip
     surrogate = torch.minimum(ratio * advantages, ratio.clamp(low, high) * advantages)
-    weight = torch.exp(proximal - behaviour).clamp(max=settings.behaviour_cap)
+    weight = torch.exp(proximal - behaviour).clamp(max=update.behaviour_cap)
     loss = -(weight.detach() * surrogate)
     anchor = behaviour if reference is None else reference
     kl = k3(anchor, logprobs)
-    if reference is not None and settings.kl_coef:
-        loss = loss + settings.kl_coef * kl
+    if reference is not None and update.kl_coef:
+        loss = loss + update.kl_coef * kl
     clipped = ((ratio < low) & (advantages < 0)) | ((ratio > high) & (advantages > 0))
     return LossSums(
         loss=loss.sum(),

@@ -1,9 +1,12 @@
 """One policy update from a step's tree packs: advantages, micro-batches, the loss, AdamW.
 
+`PolicyTrainer(model, update, loop)` takes `rltap train`'s own sections (`UpdateConfig`: the
+optimizer, the objective, the minibatches; `LoopConfig`: --max-staleness).
 `PolicyTrainer.step(packs, version)`:
 
-1. advantages into each pack (`rltap.train.advantages`; group-normalised by default);
-2. the packs are dealt round-robin into `minibatches` groups, one optimizer step each (PPO's
+1. advantages into each pack (`rltap.train.advantages`; per group for grpo, over the step for
+   ppo);
+2. the packs are dealt round-robin into `--minibatches` groups, one optimizer step each (PPO's
    several updates on one batch); each group is cut into token-budget micro-batches
    (`rltap.train.batches.micro_batches`, first-fit decreasing, large trees split at branch
    points);
@@ -26,7 +29,7 @@ reference, when no reference model is given, is the model itself with its adapte
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -35,29 +38,13 @@ import torch
 from rltap.config.train import LoopConfig, UpdateConfig
 from rltap.engines.lora import is_peft_model
 from rltap.record.pack import TreePack
-from rltap.train.advantages import Normalisation, assign_advantages, trainable_tokens
+from rltap.train.advantages import assign_advantages, trainable_tokens
 from rltap.train.batches import micro_batches
 from rltap.train.forward import Attention, packed_token_stats
 from rltap.train.lora import trainable
-from rltap.train.loss import LossSettings, LossSums, policy_loss
+from rltap.train.loss import LossSums, policy_loss
 
-__all__ = ["PolicyTrainer", "TrainSettings"]
-
-
-@dataclass(frozen=True, slots=True)
-class TrainSettings:
-    """How a step updates the policy (the `rltap train` flags of the same names)."""
-
-    lr: float = UpdateConfig.lr
-    weight_decay: float = UpdateConfig.weight_decay
-    max_grad_norm: float = UpdateConfig.max_grad_norm
-    micro_batch_tokens: int = UpdateConfig.micro_batch_tokens
-    minibatches: int = 1  # --minibatches' default is --algo's
-    max_staleness: int = LoopConfig.max_staleness
-    temperature: float = UpdateConfig.temperature
-    attention: Attention = "sdpa"
-    advantages: Normalisation = "group"
-    loss: LossSettings = field(default_factory=LossSettings)
+__all__ = ["PolicyTrainer"]
 
 
 @dataclass(slots=True)
@@ -76,32 +63,48 @@ class PolicyTrainer:
     """AdamW on a Hugging Face causal LM (or a peft LoRA model of one), one `step` per batch of
     tree packs; only the parameters that require gradients train.
 
-    `reference` (a frozen copy of the initial model) is needed for a KL penalty
-    (`settings.loss.kl_coef > 0`), except for a LoRA model: its base model is the reference."""
+    `update` and `loop` are `rltap train`'s sections (their defaults when None). `reference`
+    (a frozen copy of the initial model) is needed for a KL penalty (`update.kl_coef > 0`),
+    except for a LoRA model: its base model is the reference. `attention` is the packed
+    forward's kernel (`rltap.train.forward`).
+
+    Usage:
+        trainer = PolicyTrainer(model, UpdateConfig(lr=1e-3, algo="ppo"))
+        metrics = trainer.step(packs, version=0)
+    """
 
     def __init__(
-        self, model: Any, settings: TrainSettings, *, reference: Any | None = None
+        self,
+        model: Any,
+        update: UpdateConfig | None = None,
+        loop: LoopConfig | None = None,
+        *,
+        reference: Any | None = None,
+        attention: Attention = "sdpa",
     ) -> None:
+        self.update = update = update or UpdateConfig()
+        self.max_staleness = (loop or LoopConfig()).max_staleness
         self.lora = is_peft_model(model)
-        if settings.loss.kl_coef > 0 and reference is None and not self.lora:
+        if update.kl_coef > 0 and reference is None and not self.lora:
             msg = "a KL penalty (kl_coef > 0) needs the reference model"
             raise ValueError(msg)
         self.model = model
-        self.settings = settings
         self.reference = reference
+        self.attention: Attention = attention
         self.parameters = trainable(model)
         self.optimizer = torch.optim.AdamW(
-            self.parameters, lr=settings.lr, weight_decay=settings.weight_decay
+            self.parameters, lr=update.lr, weight_decay=update.weight_decay
         )
 
     def step(self, packs: Sequence[TreePack], version: int) -> dict[str, float]:
         """Train on `packs` as the policy of `version`; returns the step's metrics."""
-        s = self.settings
-        assign_advantages(packs, s.advantages)
-        groups = [list(packs[i :: s.minibatches]) for i in range(min(s.minibatches, len(packs)))]
+        update = self.update
+        assign_advantages(packs, update.normalisation)
+        n = update.updates_per_step
+        groups = [list(packs[i::n]) for i in range(min(n, len(packs)))]
         plans = [self._plan(group, version) for group in groups]
-        stale = sum(n for _, n in plans)
-        if s.minibatches > 1:
+        stale = sum(left_out for _, left_out in plans)
+        if n > 1:
             self._fill_proximal([w for work, _ in plans for w in work])
         totals = LossSums(torch.zeros(()), 0, 0.0, 0.0, 0.0)
         norms = []
@@ -115,7 +118,7 @@ class PolicyTrainer:
                 sums = self._loss(w)
                 torch.autograd.backward(sums.loss / tokens)
                 _accumulate(totals, sums)
-            norm = torch.nn.utils.clip_grad_norm_(self.parameters, s.max_grad_norm)
+            norm = torch.nn.utils.clip_grad_norm_(self.parameters, update.max_grad_norm)
             norms.append(float(norm))
             self.optimizer.step()
         self.model.eval()
@@ -123,8 +126,8 @@ class PolicyTrainer:
 
     def _plan(self, packs: list[TreePack], version: int) -> tuple[list[_Work], int]:
         work, stale = [], 0
-        for pack in micro_batches(packs, self.settings.micro_batch_tokens):
-            tokens, left_out = trainable_tokens(pack, version, self.settings.max_staleness)
+        for pack in micro_batches(packs, self.update.micro_batch_tokens):
+            tokens, left_out = trainable_tokens(pack, version, self.max_staleness)
             stale += left_out
             if len(tokens):
                 work.append(
@@ -135,7 +138,7 @@ class PolicyTrainer:
                         torch.as_tensor(pack.advantages[tokens], dtype=torch.float32),
                     )
                 )
-        if self.reference is not None or (self.lora and self.settings.loss.kl_coef > 0):
+        if self.reference is not None or (self.lora and self.update.kl_coef > 0):
             for w in work:
                 w.reference = self._reference_logprobs(w)
         return work, stale
@@ -157,9 +160,8 @@ class PolicyTrainer:
         return logp
 
     def _stats(self, model: Any, w: _Work) -> tuple[torch.Tensor, torch.Tensor]:
-        s = self.settings
         return packed_token_stats(
-            model, w.pack, w.tokens, attention=s.attention, temperature=s.temperature
+            model, w.pack, w.tokens, attention=self.attention, temperature=self.update.temperature
         )
 
     def _loss(self, w: _Work) -> LossSums:
@@ -171,7 +173,7 @@ class PolicyTrainer:
             w.behaviour.to(device),
             proximal,
             w.advantages.to(device),
-            self.settings.loss,
+            self.update,
             entropy=entropy,
             reference=w.reference,
         )
