@@ -71,9 +71,10 @@ async def measure(urls: list[str], args: argparse.Namespace, folder: Path) -> Me
                           concurrency=args.concurrency, console=quiet)  # fmt: skip
         rows = [{"question": f"question {i}"} for i in range(args.rows)]
         cpu, started = time.process_time(), time.perf_counter()
-        summary = await run_rollout(pool, rows, folder / f"run-{len(urls)}",
-                                    group_size=args.group_size, concurrency=args.concurrency,
-                                    console=quiet)  # fmt: skip
+        batch = await run_rollout(pool, rows, folder / f"run-{len(urls)}",
+                                  group_size=args.group_size, concurrency=args.concurrency,
+                                  console=quiet)  # fmt: skip
+        summary = batch.summary
         seconds, driver_cpu = time.perf_counter() - started, time.process_time() - cpu
     episodes = summary.episodes_ok + summary.episodes_failed
     if summary.episodes_failed:

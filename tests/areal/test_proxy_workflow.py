@@ -19,19 +19,17 @@ import pytest
 from rltap.areal import ArealEngine, OpenAIProxyClient, OpenAIProxyWorkflow
 from rltap.areal import ModelRequest as ArealModelRequest
 from rltap.chat.renderer import ChatRenderer
+from rltap.config import EpisodeConfig
+from rltap.config.serve import ChatConfig, ServeConfig
 from rltap.engines.scripted import ScriptedEngine
-from rltap.proxy.state import ProxyConfig
 from rltap.record.types import InteractionWithTokenLogpReward
-from rltap.rollout.workflow import resolve_workflow
-from rltap.session.session import SessionConfig
+from rltap.rollout.workflow import WorkflowSettings, resolve_workflow
 from rltap.testing.areal_engine import ScriptedArealEngine
 from rltap.testing.proxy import TEST_ADMIN_KEY, RunningProxy, start_test_proxy
 from rltap.testing.scripts import echo
 
 AGENTS_FILE = Path(__file__).parent / "agents" / "areal_agents.py"
-CONFIG = ProxyConfig(
-    admin_key=TEST_ADMIN_KEY, session=SessionConfig(max_context=2048, default_max_tokens=32)
-)
+CONFIG = ServeConfig(chat=ChatConfig(max_context=2048, default_max_tokens=32))
 UNUSED_ADDR = "http://127.0.0.1:1"
 QUESTION = [{"role": "user", "content": "what is 2 + 2?"}]
 
@@ -63,7 +61,7 @@ async def load_agent() -> AsyncIterator[Callable[[str], Any]]:
             f"{AGENTS_FILE}:{name}",
             proxy_addr=UNUSED_ADDR,
             admin_key=TEST_ADMIN_KEY,
-            mode="subproc",
+            settings=WorkflowSettings(episodes=EpisodeConfig(mode="subproc")),
         )
         loaders.append(loader)
         return getattr(loader, "agent")  # noqa: B009  # RolloutWorkflow names no agent

@@ -21,6 +21,7 @@ EXPECTED_ALL = [
     "StopReason",
     "TokenChunk",
     "TokenSequence",
+    "WorkflowSettings",
     "concat_padded_tensors",
     "resolve_workflow",
 ]

@@ -24,11 +24,13 @@ from reliability_support import HOLD, HeldEngine, MakeProxy, assert_error, poll
 
 from rltap.chat.renderer import ChatRenderer
 from rltap.client.proxy import OpenAIProxyClient
+from rltap.config import EpisodeConfig
+from rltap.config.serve import LimitsConfig, ServeConfig
 from rltap.proxy.app import create_app
 from rltap.proxy.server import ProxyServer
-from rltap.proxy.state import ProxyConfig, ProxyLimits, SessionState
+from rltap.proxy.state import SessionState
 from rltap.record import errors
-from rltap.rollout.workflow import OpenAIProxyWorkflow, resolve_workflow
+from rltap.rollout.workflow import OpenAIProxyWorkflow, WorkflowSettings, resolve_workflow
 from rltap.testing.proxy import TEST_ADMIN_KEY, RunningProxy
 
 AGENTS = f"{Path(__file__).with_name('fault_agents.py')}:FaultyAgent"
@@ -73,14 +75,15 @@ async def export_log() -> AsyncIterator[ExportLog]:
     await log.http.aclose()
 
 
-def workflow(proxy: RunningProxy, log: ExportLog, agent: Any = AGENTS, **options: Any) -> Any:
+def workflow(proxy: RunningProxy, log: ExportLog, agent: Any = AGENTS, **episodes: Any) -> Any:
+    """`agent`'s workflow, its episodes discounted by 0.5 and run as `episodes` says
+    (`EpisodeConfig`'s fields), one at a time."""
     made = resolve_workflow(
         agent,
         proxy_addr=proxy.url,
         admin_key=proxy.admin_key,
+        settings=WorkflowSettings(episodes=EpisodeConfig(discount=0.5, concurrency=1, **episodes)),
         http_client=log.http,
-        discount=0.5,
-        **options,
     )
     assert isinstance(made, OpenAIProxyWorkflow)
     return made
@@ -136,7 +139,7 @@ async def test_a_subprocess_agent_that_dies_mid_call_is_rejected_and_its_call_ab
     make_proxy: MakeProxy, held_engine: HeldEngine, export_log: ExportLog
 ) -> None:
     proxy = await make_proxy()
-    flow = workflow(proxy, export_log, mode="subproc", subproc_workers=1)
+    flow = workflow(proxy, export_log, mode="subproc")
     try:
         async with asyncio.timeout(2 * DEADLINE):
             died = await flow.run_episode({"name": "dies", "turns": 1, "fail": "die-mid-call"})
@@ -161,7 +164,7 @@ async def test_a_subprocess_agent_that_dies_mid_call_is_rejected_and_its_call_ab
 # --- TTL ------------------------------------------------------------------------------------
 
 REAPED = SessionState.REAPED
-FAST_TTL = ProxyLimits(capacity=16, session_ttl=0.3, reap_interval=0.05, export_grace=60)
+FAST_TTL = LimitsConfig(capacity=16, session_ttl=0.3, reap_interval=0.05, export_grace=60)
 
 
 async def test_a_call_longer_than_the_ttl_keeps_its_session_alive(
@@ -281,10 +284,10 @@ async def test_an_export_that_outwaits_its_timeout_reports_the_running_call(
 async def test_after_a_restart_old_keys_are_401_and_nothing_of_before_survives(
     renderer: ChatRenderer, held_engine: HeldEngine
 ) -> None:
-    config = ProxyConfig(admin_key=TEST_ADMIN_KEY, model_name="instant")
+    config = ServeConfig(limits=LimitsConfig(model_name="instant"))
     admin = {"authorization": f"Bearer {TEST_ADMIN_KEY}"}
     async with httpx.AsyncClient(timeout=30) as http:
-        app = create_app(held_engine, renderer, config)
+        app = create_app(held_engine, renderer, config, admin_key=TEST_ADMIN_KEY)
         async with ProxyServer(app) as server:
             port = server.port
             proxy = RunningProxy(server.url, TEST_ADMIN_KEY, app.state.rltap, http)
@@ -310,7 +313,8 @@ async def test_after_a_restart_old_keys_are_401_and_nothing_of_before_survives(
                 )
 
         # Up again on the same port with a new app: all a new process would have.
-        async with ProxyServer(create_app(held_engine, renderer, config), port=port) as server:
+        again = create_app(held_engine, renderer, config, admin_key=TEST_ADMIN_KEY)
+        async with ProxyServer(again, port=port) as server:
             async with asyncio.timeout(DEADLINE):
                 with pytest.raises(openai.AuthenticationError):
                     await agent.chat.completions.create(

@@ -15,6 +15,7 @@ from rltap.rollout.workflow import (
     GroupedRolloutWorkflow,
     OpenAIProxyWorkflow,
     RolloutWorkflow,
+    WorkflowSettings,
     resolve_workflow,
 )
 from rltap.testing.proxy import RunningProxy
@@ -62,7 +63,7 @@ async def make_group(proxy: RunningProxy) -> AsyncIterator[MakeGroup]:
             group_size=3,
             proxy_addr=proxy.url,
             admin_key=proxy.admin_key,
-            **options,
+            settings=WorkflowSettings(**options),
         )
         assert isinstance(group, GroupedRolloutWorkflow)
         made.append(group)

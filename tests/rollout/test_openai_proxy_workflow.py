@@ -7,15 +7,23 @@ import json
 import logging
 import math
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from rltap.config import EpisodeConfig
 from rltap.record.errors import NotFound
 from rltap.record.types import InteractionWithTokenLogpReward
-from rltap.rollout.workflow import Mode, OpenAIProxyWorkflow, WorkflowError, resolve_workflow
+from rltap.rollout.workflow import (
+    Mode,
+    OpenAIProxyWorkflow,
+    WorkflowError,
+    WorkflowSettings,
+    resolve_workflow,
+)
 from rltap.testing.proxy import RunningProxy
 
 MODES = [pytest.param("inline", id="inline"), pytest.param("subproc", id="subproc")]
@@ -42,14 +50,16 @@ class Workflows:
             await response.aread()
             self.started.append(response.json()["session_id"])
 
-    def make(self, agent: str = "ChatAgent", **options: Any) -> OpenAIProxyWorkflow:
-        options.setdefault("subproc_workers", 1)
+    def make(self, agent: str = "ChatAgent", **episodes: Any) -> OpenAIProxyWorkflow:
+        """A workflow whose episodes run as `episodes` says (`EpisodeConfig`'s fields), one at
+        a time: a subprocess pool of one worker."""
+        settings = WorkflowSettings(episodes=EpisodeConfig(concurrency=1, **episodes))
         workflow = resolve_workflow(
             self.agent_spec(agent),
             proxy_addr=self.proxy.url,
             admin_key=self.proxy.admin_key,
+            settings=settings,
             http_client=self.http,
-            **options,
         )
         assert isinstance(workflow, OpenAIProxyWorkflow)
         self.made.append(workflow)
@@ -190,7 +200,7 @@ async def test_an_agent_exception_rejects_the_episode_and_frees_its_session(
 async def test_a_worker_that_dies_or_exits_rejects_its_episode_and_the_pool_recovers(
     workflows: Workflows,
 ) -> None:
-    workflow = workflows.make(mode="subproc", subproc_workers=1)
+    workflow = workflows.make(mode="subproc")
     async with asyncio.timeout(2 * EPISODE_DEADLINE):
         died = await workflow.run_episode({"question": "q", "fail": "exit"})
         exited = await workflow.run_episode({"question": "q", "fail": "sys-exit"})
@@ -222,7 +232,7 @@ async def test_episodes_sharing_a_worker_never_see_each_others_keys(
     for key in ("OPENAI_BASE_URL", "ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY"):
         monkeypatch.delenv(key, raising=False)
     record = tmp_path / "environments.jsonl"
-    workflow = workflows.make("EnvProbe", mode="subproc", subproc_workers=1)
+    workflow = workflows.make("EnvProbe", mode="subproc")
     rows = [{"question": name, "record": str(record), "reward": 1.0} for name in ("a", "b")]
 
     async with asyncio.timeout(EPISODE_DEADLINE):
@@ -266,17 +276,21 @@ async def test_a_sync_agent_runs_in_subprocess_mode(workflows: Workflows) -> Non
     workflows.assert_all_freed()
 
 
+def with_timeout(settings: WorkflowSettings, seconds: float) -> WorkflowSettings:
+    return replace(settings, episodes=replace(settings.episodes, episode_timeout=seconds))
+
+
 @pytest.mark.parametrize("mode", MODES)
 async def test_a_slow_episode_is_rejected_at_its_timeout(workflows: Workflows, mode: Mode) -> None:
     workflow = workflows.make(mode=mode, episode_timeout=EPISODE_DEADLINE)
     async with asyncio.timeout(3 * EPISODE_DEADLINE):
         # The first episode starts the subprocess worker, outside the short timeout below.
         assert (await workflow.run_episode({"question": "warm", "reward": 1.0})).error is None
-        workflow.episode_timeout = 1.0
+        workflow.settings = with_timeout(workflow.settings, 1.0)
         started = asyncio.get_running_loop().time()
         slow = await workflow.run_episode({"question": "slow", "fail": "hang"})
         waited = asyncio.get_running_loop().time() - started
-        workflow.episode_timeout = EPISODE_DEADLINE
+        workflow.settings = with_timeout(workflow.settings, EPISODE_DEADLINE)
         # With one worker, this only runs once the slow agent noticed its session is gone.
         after = await workflow.run_episode({"question": "after", "reward": 1.0})
 

@@ -167,7 +167,7 @@ async def test_group_size_above_one_runs_groups(resolve: Resolve, target: Any) -
         pytest.param(
             "rltap.rollout.workflow:NoSuchWorkflow",
             {},
-            r"module 'rltap\.workflow' has no attribute 'NoSuchWorkflow'",
+            r"module 'rltap\.rollout\.workflow' has no attribute 'NoSuchWorkflow'",
             id="missing-attribute",
         ),
         pytest.param(

@@ -2,7 +2,7 @@
 
 The seed's names are importable from here: `ArealOpenAI` (AReaL's client, `rltap.areal`'s),
 `InteractionWithTokenLogpReward`, and rltap's own `OpenAIProxyClient` and `OpenAIProxyWorkflow`
-(keyword arguments, tree discount; `rltap.areal` has them with AReaL's signatures). Names whose
+(one `WorkflowSettings`, tree discount; `rltap.areal` has them with AReaL's signatures). Names whose
 modules pull in the HTTP stack are imported on first use, so `import rltap` stays light.
 """
 
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         GroupedRolloutWorkflow,
         OpenAIProxyWorkflow,
         RolloutWorkflow,
+        WorkflowSettings,
         resolve_workflow,
     )
 
@@ -54,6 +55,7 @@ __all__ = [
     "StopReason",
     "TokenChunk",
     "TokenSequence",
+    "WorkflowSettings",
     "concat_padded_tensors",
     "resolve_workflow",
 ]
@@ -65,6 +67,7 @@ _LAZY = {
     "GroupedRolloutWorkflow": "rltap.rollout.workflow",
     "OpenAIProxyWorkflow": "rltap.rollout.workflow",
     "RolloutWorkflow": "rltap.rollout.workflow",
+    "WorkflowSettings": "rltap.rollout.workflow",
     "resolve_workflow": "rltap.rollout.workflow",
 }
 

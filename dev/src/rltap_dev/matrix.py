@@ -42,8 +42,9 @@ from typing import Any, ClassVar
 import orjson
 import pytest
 
+from rltap.config import EpisodeConfig
 from rltap.rollout.subproc import AgentPool
-from rltap.rollout.workflow import OpenAIProxyWorkflow
+from rltap.rollout.workflow import OpenAIProxyWorkflow, WorkflowSettings
 from rltap.testing.harness import EpisodeCheckError, check_episode, embedded_proxy, scripted_proxy
 from rltap.testing.proxy import RunningProxy
 from rltap.testing.scripts import FINAL_PREFIX
@@ -176,14 +177,17 @@ async def _run_checked(
     started = time.monotonic()
     try:
         async with proxy_context as proxy:
+            episodes = EpisodeConfig(
+                mode=cell.mode,  # type: ignore[arg-type]
+                discount=DISCOUNT,
+                episode_timeout=120,
+            )
             workflow = OpenAIProxyWorkflow(
                 agent,
                 proxy_addr=proxy.url,
                 admin_key=proxy.admin_key,
-                mode=cell.mode,  # type: ignore[arg-type]
-                discount=DISCOUNT,
+                settings=WorkflowSettings(episodes=episodes),
                 agent_pool=_SHARED_POOL,
-                episode_timeout=120,
             )
             try:
                 episode = await workflow.run_episode({"question": question})

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 from camel_episodes import EXPECTED, chat_astep, chat_step, score
 
-from rltap.rollout.workflow import OpenAIProxyWorkflow
+from rltap.config import EpisodeConfig
+from rltap.rollout.workflow import OpenAIProxyWorkflow, WorkflowSettings
 from rltap.testing import RunningProxy
 from rltap_camel import CamelAdapter
 
@@ -15,9 +16,14 @@ EPISODES = [pytest.param(chat_step, id="step"), pytest.param(chat_astep, id="ast
 STREAM = [pytest.param(False, id="json"), pytest.param(True, id="sse")]
 
 
-def workflow_for(proxy: RunningProxy, agent: Any, **options: Any) -> OpenAIProxyWorkflow:
+def workflow_for(proxy: RunningProxy, agent: Any, discount: float = 1.0) -> OpenAIProxyWorkflow:
+    settings = WorkflowSettings(episodes=EpisodeConfig(discount=discount))
     return OpenAIProxyWorkflow(
-        agent, proxy_addr=proxy.url, admin_key=proxy.admin_key, http_client=proxy.http, **options
+        agent,
+        proxy_addr=proxy.url,
+        admin_key=proxy.admin_key,
+        settings=settings,
+        http_client=proxy.http,
     )
 
 

@@ -21,8 +21,9 @@ from camel.messages import BaseMessage
 from camel.societies import RolePlaying
 
 from rltap.adapter import Connection
+from rltap.config import EpisodeConfig
 from rltap.record.types import InteractionWithTokenLogpReward, Link
-from rltap.rollout.workflow import OpenAIProxyWorkflow
+from rltap.rollout.workflow import OpenAIProxyWorkflow, WorkflowSettings
 from rltap.testing import RunningProxy
 from rltap_camel import CamelAdapter, ProxyModel, name_agents
 
@@ -63,16 +64,15 @@ def answered(answer: str, data: Any) -> float:
 
 
 async def run_role_play(
-    proxy: RunningProxy, **workflow_options: Any
+    proxy: RunningProxy, agents: tuple[str, ...] | None = None
 ) -> list[InteractionWithTokenLogpReward]:
     agent = CamelAdapter(windowed_role_play, reward_fn=answered)
     workflow = OpenAIProxyWorkflow(
         agent,
         proxy_addr=proxy.url,
         admin_key=proxy.admin_key,
+        settings=WorkflowSettings(episodes=EpisodeConfig(discount=DISCOUNT), agents=agents),
         http_client=proxy.http,
-        discount=DISCOUNT,
-        **workflow_options,
     )
     result = await workflow.run_episode(TASK)
     assert result.error is None
@@ -127,7 +127,7 @@ async def test_role_play_chains_link_through_the_memory_window(proxy: RunningPro
 
 
 async def test_a_role_play_can_train_the_assistant_alone(proxy: RunningProxy) -> None:
-    exported = await run_role_play(proxy, agents=[ASSISTANT])
+    exported = await run_role_play(proxy, agents=(ASSISTANT,))
     # Its first call still names its parent, the student's first call, which is not exported.
     assert exported[0].parent_id is not None
     assert exported[0].parent_id not in {i.interaction_id for i in exported}

@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 from camel_episodes import EXPECTED, TASK_SPECIFIER_SYSTEM, role_play, role_play_async, score
 
+from rltap.config import EpisodeConfig
 from rltap.record.types import InteractionWithTokenLogpReward, Link
-from rltap.rollout.workflow import OpenAIProxyWorkflow
+from rltap.rollout.workflow import OpenAIProxyWorkflow, WorkflowSettings
 from rltap.testing import RunningProxy
 from rltap_camel import CamelAdapter
 
@@ -61,7 +62,11 @@ async def test_role_play_is_recorded_and_rewarded(
 ) -> None:
     agent = CamelAdapter(episode, reward_fn=score, stream=stream)
     workflow = OpenAIProxyWorkflow(
-        agent, proxy_addr=proxy.url, admin_key=proxy.admin_key, http_client=proxy.http, discount=0.5
+        agent,
+        proxy_addr=proxy.url,
+        admin_key=proxy.admin_key,
+        settings=WorkflowSettings(episodes=EpisodeConfig(discount=0.5)),
+        http_client=proxy.http,
     )
     result = await workflow.run_episode(TASK)
     assert result.error is None

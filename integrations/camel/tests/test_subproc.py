@@ -5,7 +5,8 @@ from __future__ import annotations
 from camel_episodes import EXPECTED, ScenarioAdapter
 from test_role_playing import TASK, check_role_play
 
-from rltap.rollout.workflow import OpenAIProxyWorkflow
+from rltap.config import EpisodeConfig
+from rltap.rollout.workflow import OpenAIProxyWorkflow, WorkflowSettings
 from rltap.testing import RunningProxy
 from rltap_dev.matrix import shared_agent_pool
 
@@ -17,9 +18,8 @@ async def test_episodes_run_in_a_worker_process(proxy: RunningProxy) -> None:
         ScenarioAdapter(),
         proxy_addr=proxy.url,
         admin_key=proxy.admin_key,
-        mode="subproc",
+        settings=WorkflowSettings(episodes=EpisodeConfig(mode="subproc", discount=0.5)),
         agent_pool=shared_agent_pool(),
-        discount=0.5,
     )
     try:
         role_play = await workflow.run_episode({"episode": "role_play", **TASK})

@@ -14,7 +14,8 @@ import pytest
 from lc_builders import QUESTION, build_by_kind, exact_match, input_by_kind
 
 from rltap.adapter import Api
-from rltap.rollout.workflow import OpenAIProxyWorkflow
+from rltap.config import EpisodeConfig
+from rltap.rollout.workflow import OpenAIProxyWorkflow, WorkflowSettings
 from rltap.testing import RunningProxy
 from rltap_langchain import LangChainAdapter
 
@@ -65,10 +66,10 @@ async def test_workflow_runs_chain_and_agent_episodes(
         _adapter(api, stream),
         proxy_addr=proxy.url,
         admin_key=proxy.admin_key,
-        mode="inline",
-        discount=DISCOUNT,
-        style="concat",
-        episode_timeout=120,
+        settings=WorkflowSettings(
+            episodes=EpisodeConfig(mode="inline", discount=DISCOUNT, episode_timeout=120),
+            style="concat",
+        ),
     )
     try:
         chain, agent = await asyncio.gather(

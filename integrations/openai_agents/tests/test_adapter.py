@@ -16,9 +16,10 @@ from oa_agents_for_tests import (
     run_it_myself,
 )
 
+from rltap.config import EpisodeConfig
 from rltap.record import errors
 from rltap.record.types import InteractionWithTokenLogpReward
-from rltap.rollout.workflow import Episode, OpenAIProxyWorkflow
+from rltap.rollout.workflow import Episode, OpenAIProxyWorkflow, WorkflowSettings
 from rltap.testing import RunningProxy
 from rltap_openai_agents import OpenAIAgentsAdapter
 
@@ -31,9 +32,10 @@ API_AND_STREAM = [
 ]
 
 
-async def run_episode(proxy: RunningProxy, agent: Any, **options: Any) -> Episode:
+async def run_episode(proxy: RunningProxy, agent: Any) -> Episode:
+    settings = WorkflowSettings(episodes=EpisodeConfig(discount=0.5))
     workflow = OpenAIProxyWorkflow(
-        agent, proxy_addr=proxy.url, admin_key=proxy.admin_key, discount=0.5, **options
+        agent, proxy_addr=proxy.url, admin_key=proxy.admin_key, settings=settings
     )
     try:
         return await workflow.run_episode(ROW)

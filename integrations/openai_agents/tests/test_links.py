@@ -19,8 +19,9 @@ from agents.run import CallModelData, ModelInputData
 from oa_agents_for_tests import FINAL_ANSWER, calculate
 
 from rltap.adapter import Connection
+from rltap.config import EpisodeConfig
 from rltap.record.types import InteractionWithTokenLogpReward, Link
-from rltap.rollout.workflow import OpenAIProxyWorkflow
+from rltap.rollout.workflow import OpenAIProxyWorkflow, WorkflowSettings
 from rltap.testing import RunningProxy
 from rltap.testing.scripts import FINAL_PREFIX, arguments_for, tool_loop
 from rltap_openai_agents import (
@@ -117,8 +118,12 @@ async def run_links(
     """One episode of the agent `build` makes, rewarded 1.0 on its final answer: the export
     (individual style, in the order the calls were made) of `agents` (None: all)."""
     adapter = OpenAIAgentsAdapter(build, api=api, stream=stream, reward_fn=reward_one)
+    settings = WorkflowSettings(
+        episodes=EpisodeConfig(discount=DISCOUNT),
+        agents=None if agents is None else tuple(agents),
+    )
     workflow = OpenAIProxyWorkflow(
-        adapter, proxy_addr=proxy.url, admin_key=proxy.admin_key, discount=DISCOUNT, agents=agents
+        adapter, proxy_addr=proxy.url, admin_key=proxy.admin_key, settings=settings
     )
     try:
         episode = await workflow.run_episode(ROW)

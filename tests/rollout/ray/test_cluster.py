@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rltap.cli.commands import build_parser
-from rltap.config import RolloutConfig, TrainConfig, from_namespace, parse
+from rltap.config import ConfigError, RolloutConfig, TrainConfig, from_namespace, parse
 from rltap.rollout.ray.cluster import actor_configs
 
 
@@ -31,12 +31,12 @@ def test_one_actor_per_server_each_with_its_url_and_its_own_store() -> None:
 
 def test_embedded_replicas_and_the_flags_errors() -> None:
     assert len(actor_configs(_rollout("--replicas", "3"))) == 3
-    with pytest.raises(SystemExit, match="--replicas must be at least 1"):
+    with pytest.raises(ConfigError, match="--replicas must be at least 1"):
         actor_configs(_rollout("--replicas", "0"))
-    with pytest.raises(SystemExit, match="needs --url URL1,URL2"):
+    with pytest.raises(ConfigError, match="needs --url URL1,URL2"):
         actor_configs(_rollout("--engine", "vllm"))
     mismatch = _rollout("--engine", "sglang", "--url", "http://a:1,http://b:1", "--replicas", "3")
-    with pytest.raises(SystemExit, match="--replicas 3 but 2 servers in --url"):
+    with pytest.raises(ConfigError, match="--replicas 3 but 2 servers in --url"):
         actor_configs(mismatch)
 
 

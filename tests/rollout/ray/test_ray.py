@@ -1,6 +1,6 @@
 """Rollouts and training on a local Ray cluster (2 CPUs, started once for this module: a
 module runs on one pytest-xdist worker, so there is one cluster), with rollout actors of the
-tiny model or of instant vLLM servers (bench/fake_vllm.py).
+tiny model or of instant vLLM servers (`rltap.testing.fakes.vllm`).
 
 - `rltap rollout --ray`: episodes on two actors, each its own engine and proxy, written by the
   driver into the files of a local run; an actor killed mid-episode, a driver killed mid-run, a
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
 import os
 import signal
@@ -30,12 +31,17 @@ from typing import Any
 import pytest
 import ray
 import torch
+from pack_testing import pack_contents
+from rich.console import Console
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
-from rltap.cli.commands import main
-from rltap.rollout.files import EpisodeLines
-from rltap.rollout.ray import ActorInfo, ActorPool, NoLiveActors
+from rltap.cli.commands import build_parser, main
+from rltap.config import RolloutConfig, from_namespace
+from rltap.record.pack_io import load_packs
+from rltap.rollout.batch import EpisodeData
+from rltap.rollout.files import packs_from_lines
+from rltap.rollout.ray import ActorInfo, ActorPool, NoLiveActors, ray_rollout
 from rltap.rollout.ray.cluster import server_node
 
 WAIT_SECONDS = 90.0
@@ -174,7 +180,7 @@ def test_a_driver_killed_mid_run_resumes_on_new_actors_without_duplicates(
 def _resume_after_the_driver_died(
     address: str, agent: str, urls: list[str], model: Path, tmp_path: Path
 ) -> None:
-    """Actors of instant vLLM servers (bench/fake_vllm.py): no model to load, every reply
+    """Actors of instant vLLM servers (`rltap.testing.fakes.vllm`): no model to load, every reply
     'Hello from the instant engine.'."""
     hold = tmp_path / "hold.pid"
     data, record = _rows(tmp_path, 5, hold=str(hold))
@@ -215,8 +221,47 @@ def _resume_after_the_driver_died(
     assert batch["rewards"].tolist() == pytest.approx([line["reward"] for line in lines])
 
 
+def test_actors_hand_each_episodes_pack_back_to_the_driver(
+    ray_address: str,
+    ray_agent: Callable[[str], str],
+    instant_vllm: InstantVLLM,
+    tiny_model_dir: Path,
+    tmp_path: Path,
+) -> None:
+    data, record = _rows(tmp_path, 3)
+    out = tmp_path / "out"
+    argv = _argv(ray_agent("RecordingAgent"), data, out, tiny_model_dir, "--style", "tree")
+    with instant_vllm(None) as first, instant_vllm(None) as second:
+        argv = [*_vllm_argv(argv, [first, second]), "--ray", ray_address]
+        config = from_namespace(RolloutConfig, build_parser().parse_args(argv))
+        batch = asyncio.run(ray_rollout(config, Console(file=io.StringIO())))
+
+    assert batch.summary.episodes_ok == 6
+    assert len({e["pid"] for e in _jsonl(record)}) == 2  # both actors ran episodes
+    # Each row's pack is its two episodes' packs, as the actors' proxies exported them,
+    # merged on the driver: the packs crossed Ray, not only the lines.
+    assert len(batch.packs) == 3
+    for pack in batch.packs:
+        assert len(pack.interaction_ids) == 4
+        assert len(pack.leaves) == 2
+    # ... and they agree with the lines, from which a resumed run would rebuild them, and
+    # with the file the driver wrote.
+    assert batch.lines == _jsonl(out / "trajectories.jsonl")
+    rebuilt = packs_from_lines(batch.lines)
+    assert [pack_contents(rebuilt[row]) for row in range(3)] == [
+        pack_contents(p) for p in batch.packs
+    ]
+    assert [pack_contents(p) for p in load_packs(out / "batch.safetensors")] == [
+        pack_contents(p) for p in batch.packs
+    ]
+
+
 def test_a_cluster_left_without_actors_fails_with_a_clear_error(
-    ray_address: str, ray_agent: Callable[[str], str], tiny_model_dir: Path, tmp_path: Path
+    ray_address: str,
+    ray_agent: Callable[[str], str],
+    tiny_model_dir: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     data, _ = _rows(tmp_path, 4, die=True)  # row 2's agent ends its actor's process
     out = tmp_path / "out"
@@ -225,8 +270,9 @@ def test_a_cluster_left_without_actors_fails_with_a_clear_error(
     argv = _vllm_argv(argv, [f"http://127.0.0.1:{_closed_port()}"])
     with pytest.raises(SystemExit) as stopped:
         main([*argv, "--ray", ray_address])
+    assert stopped.value.code == 2
     message = "rltap rollout: no live rollout actor left (all 1 of the run's are gone)"
-    assert str(stopped.value) == message
+    assert message in capsys.readouterr().err
     # Rows 0 and 1 ran first (one at a time), their episodes failed on the engine; nothing of
     # row 2 reached the files.
     ledger = _jsonl(out / "rows.jsonl")
@@ -241,24 +287,34 @@ def _closed_port() -> int:
 
 
 def test_actors_that_cannot_start_say_why(
-    ray_address: str, ray_agent: Callable[[str], str], tmp_path: Path
+    ray_address: str,
+    ray_agent: Callable[[str], str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     data, _ = _rows(tmp_path, 3)
     argv = ["rollout", ray_agent("RecordingAgent"), "--data", str(data), "--out",
             str(tmp_path / "out"), "--engine", "vllm", "--url", "http://127.0.0.1:9"]  # fmt: skip
     with pytest.raises(SystemExit) as stopped:
         main([*argv, "--ray", ray_address])
-    assert str(stopped.value) == (
+    assert stopped.value.code == 2
+    assert (
         "rltap rollout: the rollout actors did not start: --tokenizer (or --model) must name "
         "a local tokenizer folder"
-    )
+    ) in capsys.readouterr().err
 
 
-def test_ray_takes_no_running_proxy(tmp_path: Path, ray_agent: Callable[[str], str]) -> None:
+def test_ray_takes_no_running_proxy(
+    tmp_path: Path, ray_agent: Callable[[str], str], capsys: pytest.CaptureFixture[str]
+) -> None:
     data, _ = _rows(tmp_path, 3)
     argv = _argv(ray_agent("RecordingAgent"), data, tmp_path / "out", tmp_path, "--ray")
-    with pytest.raises(SystemExit, match="it takes no --proxy"):
+    with pytest.raises(SystemExit) as stopped:
         main([*argv, "--proxy", "http://127.0.0.1:8000", "--admin-key", "k"])
+    assert stopped.value.code == 2
+    assert "--ray starts a proxy in each rollout actor: it takes no --proxy" in (
+        capsys.readouterr().err
+    )
 
 
 def test_without_ray_the_flag_names_the_extra(
@@ -287,9 +343,9 @@ def _echo_actor() -> type:
             self.most = 0
             self.ran: list[int] = []
 
-        async def run_lines(
+        async def run_episode(
             self, row: int, episode: int, data: Any, sampling: Any = None
-        ) -> EpisodeLines:
+        ) -> EpisodeData:
             if data == "die":
                 os._exit(1)
             self.now += 1
@@ -298,7 +354,7 @@ def _echo_actor() -> type:
             self.now -= 1
             self.ran.append(row)
             line = {"row": row, "episode": episode, "pid": os.getpid()}
-            return EpisodeLines(session_id=f"s-{row}-{episode}", lines=[line])
+            return EpisodeData(session_id=f"s-{row}-{episode}", lines=[line])
 
         def stats(self) -> tuple[int, list[int]]:
             return self.most, self.ran
@@ -327,7 +383,7 @@ async def test_episodes_go_to_the_least_loaded_actor_and_never_beyond_its_bound(
     make_pool: Callable[..., tuple[ActorPool, list[Any]]],
 ) -> None:
     pool, handles = make_pool(2, per_actor=2, max_retries=0)
-    results = await asyncio.gather(*(pool.run_lines(row, 0, 0.2) for row in range(8)))
+    results = await asyncio.gather(*(pool.run_episode(row, 0, 0.2) for row in range(8)))
     assert [r.lines[0]["row"] for r in results if r.lines] == list(range(8))
     stats = [await handle.stats.remote() for handle in handles]
     assert [most for most, _ in stats] == [2, 2]
@@ -336,7 +392,7 @@ async def test_episodes_go_to_the_least_loaded_actor_and_never_beyond_its_bound(
     assert all(r.retries == 0 for r in results)
     # With room to spare on each, episodes still spread: the least loaded actor goes first.
     roomy, handles = make_pool(2, per_actor=10, max_retries=0)
-    await asyncio.gather(*(roomy.run_lines(row, 0, 0.2) for row in range(4)))
+    await asyncio.gather(*(roomy.run_episode(row, 0, 0.2) for row in range(4)))
     assert [len((await handle.stats.remote())[1]) for handle in handles] == [2, 2]
 
 
@@ -344,18 +400,18 @@ async def test_a_lost_episode_runs_again_elsewhere_at_most_max_retries_times(
     make_pool: Callable[..., tuple[ActorPool, list[Any]]],
 ) -> None:
     pool, _ = make_pool(3, per_actor=4, max_retries=1)
-    lost = await pool.run_lines(7, 1, "die")  # kills the actor it lands on, then the next one
+    lost = await pool.run_episode(7, 1, "die")  # kills the actor it lands on, then the next one
     assert lost.lines is None
     assert lost.retries == 1
     assert lost.error is not None
     assert lost.error.startswith("lost with 2 rollout actors: ActorDiedError")
     assert len(pool.live) == 1
-    survived = await pool.run_lines(8, 0, 0.0)  # the last actor still runs episodes
+    survived = await pool.run_episode(8, 0, 0.0)  # the last actor still runs episodes
     assert survived.lines == [{"row": 8, "episode": 0, "pid": survived.lines[0]["pid"]}]
     with pytest.raises(NoLiveActors, match=r"no live rollout actor left \(all 3"):
-        await pool.run_lines(9, 0, "die")
+        await pool.run_episode(9, 0, "die")
     with pytest.raises(NoLiveActors):
-        await pool.run_lines(10, 0, 0.0)
+        await pool.run_episode(10, 0, 0.0)
 
 
 # --- rltap train --ray -------------------------------------------------------------------

@@ -7,8 +7,9 @@ Usage:
     interactions = await session.export_interactions(discount=0.9, style="concat")
 
 Style "tree" is one `TreePack` (`rltap.record.pack`), not interactions: `export_tree` returns it;
-`export_trajectories` returns the raw body, which `interactions_from_export` (each interaction's
-own sequence, cut out of the pack) and `tree_from_export` both read.
+`export_trajectories` returns the raw body, which `tree_from_export` decodes and
+`interactions_from_export` reads (each interaction's own sequence, cut out of that pack: given
+the pack `tree_from_export` returned, the body's tree is decoded once).
 """
 
 from __future__ import annotations
@@ -218,11 +219,12 @@ def tree_from_export(body: Mapping[str, Any]) -> TreePack:
     return decode_pack(body["tree"])
 
 
-def _sequences(body: Mapping[str, Any]) -> dict[str, TokenSequence]:
+def _sequences(body: Mapping[str, Any], pack: TreePack | None) -> dict[str, TokenSequence]:
     """Each exported interaction's own token sequence (its prompt masked, as style individual).
 
-    A tree body holds them in its pack: an interaction's sequence is the path to its last
-    generated token (or, for one that generated none, to the end of its leaf).
+    A tree body holds them in its pack (`pack`, or decoded here): an interaction's sequence is
+    the path to its last generated token (or, for one that generated none, to the end of its
+    leaf).
     """
     if "tree" not in body:
         sequences = {}
@@ -231,7 +233,8 @@ def _sequences(body: Mapping[str, Any]) -> dict[str, TokenSequence]:
             columns = {name: arrays[name][0].tolist() for name, _ in TOKEN_COLUMNS}
             sequences[item["interaction_id"]] = TokenSequence(**columns)
         return sequences
-    pack = tree_from_export(body)
+    if pack is None:
+        pack = tree_from_export(body)
     generated = np.flatnonzero(pack.interaction_index >= 0)
     # Depth-first order: an interaction's last generated token is the last one it owns.
     last = dict(zip(pack.interaction_index[generated].tolist(), generated.tolist(), strict=True))
@@ -251,11 +254,14 @@ def _sequences(body: Mapping[str, Any]) -> dict[str, TokenSequence]:
     return sequences
 
 
-def interactions_from_export(body: dict[str, Any]) -> dict[str, InteractionWithTokenLogpReward]:
+def interactions_from_export(
+    body: Mapping[str, Any], *, pack: TreePack | None = None
+) -> dict[str, InteractionWithTokenLogpReward]:
     """Rebuild interactions from an `/export_trajectories` body; `to_tensor_dict()` round-trips
-    (a tree body's interactions come back as style individual's)."""
+    (a tree body's interactions come back as style individual's, cut out of `pack`: the body's
+    tree, when the caller decoded it already with `tree_from_export`)."""
     rebuilt: dict[str, InteractionWithTokenLogpReward] = {}
-    sequences = _sequences(body)
+    sequences = _sequences(body, pack)
     own_sequence = body.get("style") in ("individual", "tree")
     for item in body["interactions"]:
         exported = ExportedInteraction.from_json(item)

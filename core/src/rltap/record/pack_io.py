@@ -13,7 +13,8 @@ this way), P packs laid end to end, every index local to its own pack:
   `parent_index`, `subtree_end` and leaf paths count from its first token;
 - `pack_leaves` int32 [P + 1]: pack p's leaves are `pack_leaves[p]:pack_leaves[p + 1]`;
 - `leaf_paths` int32 [sum of path lengths], `leaf_offsets` int32 [leaves + 1]: leaf l's path is
-  `leaf_paths[leaf_offsets[l]:leaf_offsets[l + 1]]`; `leaf_rewards` float32 [leaves];
+  `leaf_paths[leaf_offsets[l]:leaf_offsets[l + 1]]`; `leaf_rewards` float64 [leaves] (a leaf's
+  reward as exported, not rounded: the file holds what a trainer got in memory);
   `leaf_interaction` int32 [leaves]: its interaction, an index into `interaction_ids`;
 - metadata (safetensors' string header): `interaction_ids`, a JSON list of all packs' ids, and
   `interaction_offsets`, JSON [P + 1]: pack p's are `interaction_ids[offsets[p]:offsets[p + 1]]`
@@ -133,7 +134,7 @@ def save_packs(path: Path, packs: Sequence[TreePack]) -> None:
         "pack_leaves": _offsets([len(pack.leaves) for pack in packs]),
         "leaf_paths": np.concatenate([np.zeros(0, np.int32), *(leaf.path for leaf in leaves)]),
         "leaf_offsets": _offsets([len(leaf.path) for leaf in leaves]),
-        "leaf_rewards": np.array([leaf.reward for leaf in leaves], dtype=np.float32),
+        "leaf_rewards": np.array([leaf.reward for leaf in leaves], dtype=np.float64),
         "leaf_interaction": np.array([index_of[leaf.interaction_id] for leaf in leaves], np.int32),
     }
     metadata = {

@@ -1,8 +1,11 @@
 """Agents run over a dataset through the proxy, and what a rollout leaves behind.
 
-    workflow   RolloutWorkflow, OpenAIProxyWorkflow: an agent's episode as training data
+    workflow   RolloutWorkflow, OpenAIProxyWorkflow (and its WorkflowSettings): an agent's
+               episode as training data
     runner     `rltap rollout`: rows x group size episodes, `concurrency` at a time
-    files      the run folder's files: trajectories.jsonl, batch.safetensors, the ledger
+    batch      what a rollout hands on in memory: EpisodeData, RolloutBatch (the trainer's)
+    files      the run folder's files, written from the batch: trajectories.jsonl,
+               batch.safetensors, the ledger
     serving    the engine and an in-process proxy a rollout runs on
     evaluate   `rltap eval` and the held-out evaluation between training steps
     subproc    agents in a subprocess pool
@@ -19,13 +22,13 @@ from typing import TYPE_CHECKING
 from rltap._lazy import lazy_getattr
 
 if TYPE_CHECKING:
+    from rltap.rollout.batch import EpisodeData, RolloutBatch, RolloutSummary
     from rltap.rollout.runner import (
         BATCH,
         LEDGER,
         SUMMARY,
         EpisodeRunner,
         LocalEpisodes,
-        RolloutSummary,
         load_batch,
         load_rows,
         load_trajectories,
@@ -41,16 +44,17 @@ if TYPE_CHECKING:
         OpenAIProxyWorkflow,
         RolloutWorkflow,
         WorkflowError,
+        WorkflowSettings,
         resolve_workflow,
     )
 
+_BATCH = ("EpisodeData", "RolloutBatch", "RolloutSummary")
 _RUNNER = (
     "BATCH",
     "LEDGER",
     "SUMMARY",
     "EpisodeRunner",
     "LocalEpisodes",
-    "RolloutSummary",
     "load_batch",
     "load_rows",
     "load_trajectories",
@@ -66,6 +70,7 @@ _WORKFLOW = (
     "OpenAIProxyWorkflow",
     "RolloutWorkflow",
     "WorkflowError",
+    "WorkflowSettings",
     "resolve_workflow",
 )
 
@@ -74,14 +79,17 @@ __all__ = [
     "LEDGER",
     "SUMMARY",
     "Episode",
+    "EpisodeData",
     "EpisodeResult",
     "EpisodeRunner",
     "GroupedRolloutWorkflow",
     "LocalEpisodes",
     "OpenAIProxyWorkflow",
+    "RolloutBatch",
     "RolloutSummary",
     "RolloutWorkflow",
     "WorkflowError",
+    "WorkflowSettings",
     "load_batch",
     "load_rows",
     "load_trajectories",
@@ -96,6 +104,7 @@ __getattr__ = lazy_getattr(
     "rltap.rollout",
     globals(),
     {
+        **dict.fromkeys(_BATCH, "rltap.rollout.batch"),
         **dict.fromkeys(_RUNNER, "rltap.rollout.runner"),
         **dict.fromkeys(_WORKFLOW, "rltap.rollout.workflow"),
     },

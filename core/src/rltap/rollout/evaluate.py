@@ -31,7 +31,7 @@ from rich.table import Table
 
 from rltap.config import EvalConfig
 from rltap.record.sampling import EpisodeSampling
-from rltap.rollout.files import load_rows, load_trajectories
+from rltap.rollout.files import load_rows
 from rltap.rollout.ray.runs import ray_rollout
 from rltap.rollout.runner import run_here
 
@@ -144,12 +144,12 @@ def eval_command(config: EvalConfig) -> int:
     sampling = EpisodeSampling(seed=config.episodes.seed, temperature=temperature)
     console = Console(stderr=True)
     if config.ray.ray is not None:
-        summary = asyncio.run(ray_rollout(config, console, sampling))
+        batch = asyncio.run(ray_rollout(config, console, sampling))
     else:
-        summary = asyncio.run(run_here(config, console, sampling))
-    out = Path(config.out)
+        batch = asyncio.run(run_here(config, console, sampling))
+    summary, out = batch.summary, Path(config.out)
     result = score_rows(
-        load_trajectories(out),
+        batch.lines,
         len(load_rows(Path(config.data))),
         config.episodes.group_size,
         temperature=temperature,

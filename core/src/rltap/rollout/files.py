@@ -1,24 +1,25 @@
 """The files of a rollout folder (`rltap rollout`'s and each `rltap train` step's), which
-`rltap.rollout.runner` describes: writing a finished row, reading the lines back, resuming.
+`rltap.rollout.runner` describes: written from the rollout's data in memory
+(`rltap.rollout.batch`), read back only to resume a folder (`read_rollout`) or to look at it.
 
 A row is written only once all its episodes ended, lines first and its ledger entry last, so a
-run cut short leaves lines of unfinished rows only, which `drop_unfinished` removes.
+run cut short leaves lines of unfinished rows only, which `read_rollout` removes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from rltap.record.exported import TOKEN_COLUMNS, ExportedInteraction, token_columns
-from rltap.record.pack import pack_interactions
+from rltap.record.pack import TreePack, pack_interactions
 from rltap.record.pack_io import save_packs
 from rltap.record.types import InteractionWithTokenLogpReward, TokenSequence
-from rltap.tree.export import ExportStyle, padded_batch
+from rltap.rollout.batch import EpisodeData, RolloutBatch
+from rltap.tree.export import ExportStyle
 
 if TYPE_CHECKING:
     import torch
@@ -30,15 +31,14 @@ __all__ = [
     "LEDGER",
     "SUMMARY",
     "TRAJECTORIES",
-    "EpisodeLines",
     "RowWriter",
-    "drop_unfinished",
-    "episode_lines",
-    "finished_rows",
+    "episode_data",
     "load_batch",
     "load_rows",
     "load_trajectories",
+    "packs_from_lines",
     "read_jsonl",
+    "read_rollout",
     "write_batch",
 ]
 
@@ -77,19 +77,27 @@ def _write_jsonl(path: Path, records: Iterable[dict[str, Any]]) -> None:
 
 
 def load_trajectories(out_dir: Path) -> list[dict[str, Any]]:
+    """`trajectories.jsonl` of `out_dir`: one dict per exported interaction."""
     return read_jsonl(out_dir / TRAJECTORIES)
 
 
-def finished_rows(out_dir: Path) -> set[int]:
+def read_rollout(out_dir: Path, style: ExportStyle) -> RolloutBatch:
+    """What `out_dir` holds of a rollout run before (nothing in a new folder), as the batch a
+    resumed run adds its rows to: the finished rows' lines, ledger entries and, with style tree,
+    packs (`packs_from_lines`). Lines of rows that never reached the ledger are removed from the
+    file, and a ledger line cut short too, so the next append starts on a line of its own."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    entries = read_jsonl(out_dir / LEDGER)
-    _write_jsonl(out_dir / LEDGER, entries)  # without a cut-short line the next append would join
-    return {entry["row"] for entry in entries}
-
-
-def drop_unfinished(out_dir: Path, finished: set[int]) -> None:
-    lines = [line for line in load_trajectories(out_dir) if line["row"] in finished]
-    _write_jsonl(out_dir / TRAJECTORIES, lines)
+    if not ((out_dir / LEDGER).exists() or (out_dir / TRAJECTORIES).exists()):
+        return RolloutBatch(style=style)
+    ledger = read_jsonl(out_dir / LEDGER)
+    batch = RolloutBatch(style=style, ledger=ledger)
+    _write_jsonl(out_dir / LEDGER, ledger)
+    finished = batch.finished
+    batch.lines = [line for line in load_trajectories(out_dir) if line["row"] in finished]
+    _write_jsonl(out_dir / TRAJECTORIES, batch.lines)
+    if style == "tree":
+        batch.row_packs = packs_from_lines(batch.lines)
+    return batch
 
 
 def _line(
@@ -100,23 +108,13 @@ def _line(
     return place | exported | token_columns(node.token_sequence())
 
 
-@dataclass(slots=True)
-class EpisodeLines:
-    """One episode as the files hold it: its trajectory lines, or why it failed (`lines` None);
-    `retries` counts the times it was run again after the worker running it died."""
-
-    session_id: str
-    lines: list[dict[str, Any]] | None
-    error: str | None = None
-    retries: int = 0
-
-
-def episode_lines(row: int, number: int, episode: Episode) -> EpisodeLines:
-    """Episode `number` of `row` as its trajectory lines."""
+def episode_data(row: int, number: int, episode: Episode) -> EpisodeData:
+    """Episode `number` of `row` as the rollout hands it on: its trajectory lines, and its pack
+    as the workflow decoded it (style tree)."""
     if episode.interactions is None:
-        return EpisodeLines(episode.session_id, None, episode.error)
+        return EpisodeData(episode.session_id, None, error=episode.error)
     lines = [_line(row, number, episode.session_id, n) for n in episode.interactions.values()]
-    return EpisodeLines(episode.session_id, lines)
+    return EpisodeData(episode.session_id, lines, pack=episode.pack)
 
 
 class RowWriter:
@@ -126,52 +124,38 @@ class RowWriter:
         out_dir.mkdir(parents=True, exist_ok=True)
         self.out_dir = out_dir
 
-    def write_row(self, row: int, episodes: list[EpisodeLines]) -> list[dict[str, Any]]:
-        lines = [line for episode in episodes for line in episode.lines or ()]
+    def write_row(self, lines: Iterable[dict[str, Any]], entry: dict[str, Any]) -> None:
         with (self.out_dir / TRAJECTORIES).open("ab") as handle:
             handle.write(b"".join(orjson.dumps(line) + b"\n" for line in lines))
-        ok = sum(e.lines is not None for e in episodes)
-        entry = {
-            "row": row,
-            "episodes_ok": ok,
-            "episodes_failed": len(episodes) - ok,
-            "episodes_retried": sum(e.retries for e in episodes),
-        }
         with (self.out_dir / LEDGER).open("ab") as handle:
             handle.write(orjson.dumps(entry) + b"\n")
-        return lines
 
 
-def write_batch(
-    out_dir: Path,
-    lines: Iterable[dict[str, Any]],
-    pad_token_id: int = 0,
-    style: ExportStyle = "individual",
-) -> int:
-    """`batch.safetensors` from trajectory lines; returns the number of lines (the batch size
-    but for style "tree", whose batch is one pack per row)."""
+def write_batch(out_dir: Path, batch: RolloutBatch, pad_token_id: int = 0) -> None:
+    """`batch.safetensors` from `batch`: its packs (style tree, `rltap.record.pack_io`'s keys),
+    else its lines' tensors right-padded and stacked; nothing for an empty batch."""
     from safetensors.torch import save_file
 
-    if style == "tree":
-        return _write_packs(out_dir, list(lines))
-    batch = padded_batch(lines, pad_token_id)
-    if not batch:
-        return 0
-    save_file({k: v.contiguous() for k, v in batch.items()}, str(out_dir / BATCH))
-    return int(batch["input_ids"].shape[0])
+    if batch.style == "tree":
+        if batch.row_packs:
+            save_packs(out_dir / BATCH, batch.packs)
+        return
+    tensors = batch.tensors(pad_token_id)
+    if tensors:
+        save_file({k: v.contiguous() for k, v in tensors.items()}, str(out_dir / BATCH))
 
 
-def _write_packs(out_dir: Path, lines: list[dict[str, Any]]) -> int:
+def packs_from_lines(lines: Iterable[dict[str, Any]]) -> dict[int, TreePack]:
+    """Each row's pack again, from its trajectory lines: what a resumed rollout has of the rows
+    an earlier run finished (the rows it runs come with the packs the proxy exported)."""
     rows: dict[int, list[dict[str, Any]]] = {}
     for line in lines:
         rows.setdefault(line["row"], []).append(line)
-    packs = []
-    for row in sorted(rows):
-        rewards = {line["interaction_id"]: float(line["reward"] or 0.0) for line in rows[row]}
-        packs.append(pack_interactions(_interactions(rows[row]), rewards))
-    if packs:
-        save_packs(out_dir / BATCH, packs)
-    return len(lines)
+    packs = {}
+    for row, mine in rows.items():
+        rewards = {line["interaction_id"]: float(line["reward"] or 0.0) for line in mine}
+        packs[row] = pack_interactions(_interactions(mine), rewards)
+    return packs
 
 
 def _interactions(lines: list[dict[str, Any]]) -> list[InteractionWithTokenLogpReward]:

@@ -9,18 +9,21 @@ The output folder holds:
   loss mask, logprobs, versions);
 - `rows.jsonl`: the ledger, one line per finished row, written after its trajectories;
 - `batch.safetensors`: every line's tensors right-padded and stacked (the seed's tensor dict);
-  with `--style tree`, one token trie per row instead (its episodes' shared prompt once), packed
-  again from the row's lines, in the keys of `rltap.record.pack_io.save_packs` (the lines stay
-  one per interaction, each its own prompt and output, as style individual's);
+  with `--style tree`, one token trie per row instead (its episodes' packs as the proxy exported
+  them, merged: their shared prompt once), in the keys of `rltap.record.pack_io.save_packs` (the
+  lines stay one per interaction, each its own prompt and output, as style individual's);
 - `summary.json`: episodes ok/failed/retried, interactions, tokens, reward mean/std, wall time.
 
-The files' format is `rltap.rollout.files`'s. With `--ray` the episodes run on Ray rollout actors
-(`rltap.rollout.ray`), each with its own engine and proxy, and this process writes the same
-files; an episode lost with its actor runs again on another (`episodes_retried`).
+`run_rollout` returns the same data in memory, a `RolloutBatch` (`rltap.rollout.batch`): the
+files are written from it, and `rltap train` trains on its packs without reading them back. The
+files' format is `rltap.rollout.files`'s. With `--ray` the episodes run on Ray rollout actors
+(`rltap.rollout.ray`), each with its own engine and proxy, which hand each episode's data
+(`EpisodeData`) back to this process; it writes the same files. An episode lost with its actor
+runs again on another (`episodes_retried`).
 
-Running again with the same folder resumes: rows in the ledger are skipped, and trajectory lines
-of rows that never reached the ledger (an interrupted run) are dropped first, so nothing is
-duplicated.
+Running again with the same folder resumes: rows in the ledger are skipped (their lines, and
+packs rebuilt from them, are read back into the batch), and trajectory lines of rows that never
+reached the ledger (an interrupted run) are dropped first, so nothing is duplicated.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import contextlib
 import statistics
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -39,21 +42,19 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from rltap.config import RolloutConfig
+from rltap.config import ConfigError, RolloutConfig
 from rltap.record.sampling import EpisodeSampling
+from rltap.rollout.batch import EpisodeData, RolloutBatch, RolloutSummary
 from rltap.rollout.files import (
     BATCH,
     LEDGER,
     SUMMARY,
-    EpisodeLines,
     RowWriter,
-    drop_unfinished,
-    episode_lines,
-    finished_rows,
+    episode_data,
     load_batch,
     load_rows,
     load_trajectories,
-    read_jsonl,
+    read_rollout,
     write_batch,
 )
 from rltap.rollout.progress import progress_display
@@ -67,6 +68,7 @@ __all__ = [
     "SUMMARY",
     "EpisodeRunner",
     "LocalEpisodes",
+    "RolloutBatch",
     "RolloutSummary",
     "load_batch",
     "load_rows",
@@ -78,24 +80,8 @@ __all__ = [
 ]
 
 
-@dataclass(slots=True)
-class RolloutSummary:
-    rows: int = 0
-    rows_skipped: int = 0
-    episodes_ok: int = 0
-    episodes_failed: int = 0
-    episodes_retried: int = 0
-    interactions: int = 0
-    generated_tokens: int = 0
-    reward_mean: float = 0.0
-    reward_std: float = 0.0
-    wall_seconds: float = 0.0
-    out_dir: str = ""
-    errors: list[str] = field(default_factory=list)
-
-
 class EpisodeRunner(Protocol):
-    """Runs episode `episode` of dataset row `row` and hands back its lines: this process's
+    """Runs episode `episode` of dataset row `row` and hands back its data: this process's
     workflow (`LocalEpisodes`), or Ray's rollout actors (`rltap.rollout.ray.ActorPool`)."""
 
     style: ExportStyle
@@ -104,9 +90,9 @@ class EpisodeRunner(Protocol):
         """How many rows to run at once when the caller asks for `requested`."""
         ...
 
-    async def run_lines(
+    async def run_episode(
         self, row: int, episode: int, data: Any, sampling: EpisodeSampling | None = None
-    ) -> EpisodeLines: ...
+    ) -> EpisodeData: ...
 
 
 class LocalEpisodes:
@@ -119,14 +105,14 @@ class LocalEpisodes:
     def rows_in_flight(self, requested: int) -> int:
         return requested
 
-    async def run_lines(
+    async def run_episode(
         self, row: int, episode: int, data: Any, sampling: EpisodeSampling | None = None
-    ) -> EpisodeLines:
+    ) -> EpisodeData:
         episode_sampling = None if sampling is None else sampling.for_episode(row, episode)
         result = await self.workflow.run_episode(
             data, task_id=f"row-{row}", sampling=episode_sampling
         )
-        return episode_lines(row, episode, result)
+        return episode_data(row, episode, result)
 
 
 class _Live:
@@ -156,16 +142,17 @@ async def run_rollout(
     sampling: EpisodeSampling | None = None,
     console: Console | None = None,
     progress: Progress | None = None,
-) -> RolloutSummary:
-    """Run every row not yet finished in `out_dir`, then rewrite the batch and summary.
+) -> RolloutBatch:
+    """Run every row not yet finished in `out_dir`; returns every finished row's data (those of
+    an earlier run read back), from which the batch and summary files are written.
 
     `sampling` is every episode's (`EpisodeSampling.for_episode`: a seed of its own from the
     row and episode numbers). The rows' bar goes on `progress` when given (a caller's live
     display, e.g. `rltap train`'s), and is removed at the end; otherwise on a display of its
     own."""
     runner = LocalEpisodes(workflow) if isinstance(workflow, OpenAIProxyWorkflow) else workflow
-    finished = finished_rows(out_dir)
-    drop_unfinished(out_dir, finished)
+    batch = read_rollout(out_dir, runner.style)
+    finished = batch.finished
     todo = [index for index in range(len(rows)) if index not in finished]
     writer = RowWriter(out_dir)
     live = _Live()
@@ -182,37 +169,27 @@ async def run_rollout(
         async def one_row(index: int) -> None:
             async with semaphore:
                 episodes = await asyncio.gather(
-                    *(runner.run_lines(index, n, rows[index], sampling) for n in range(group_size))
+                    *(
+                        runner.run_episode(index, n, rows[index], sampling)
+                        for n in range(group_size)
+                    )
                 )
-            lines = writer.write_row(index, list(episodes))
-            live.ok += sum(e.lines is not None for e in episodes)
-            live.failed += sum(e.lines is None for e in episodes)
+            lines, entry = batch.add_row(index, episodes)
+            writer.write_row(lines, entry)
+            live.ok += entry["episodes_ok"]
+            live.failed += entry["episodes_failed"]
             summary.errors.extend(e.error for e in episodes if e.error)
             live.tokens += sum(sum(line["loss_mask"]) for line in lines)
             live.rewards.extend(float(line["reward"] or 0.0) for line in lines)
             progress.update(task, advance=1, live=live.describe())
 
         await asyncio.gather(*(one_row(index) for index in todo))
-    _summarise(summary, out_dir, live, pad_token_id, runner.style)
-    return summary
-
-
-def _summarise(
-    summary: RolloutSummary, out_dir: Path, live: _Live, pad_token_id: int, style: ExportStyle
-) -> None:
-    lines = load_trajectories(out_dir)
-    ledger = read_jsonl(out_dir / LEDGER)
-    summary.episodes_ok = sum(entry["episodes_ok"] for entry in ledger)
-    summary.episodes_failed = sum(entry["episodes_failed"] for entry in ledger)
-    summary.episodes_retried = sum(entry.get("episodes_retried", 0) for entry in ledger)
-    summary.interactions = write_batch(out_dir, lines, pad_token_id, style)
-    summary.generated_tokens = sum(sum(line["loss_mask"]) for line in lines)
-    rewards = [float(line["reward"] or 0.0) for line in lines]
-    summary.reward_mean = statistics.fmean(rewards) if rewards else 0.0
-    summary.reward_std = statistics.pstdev(rewards) if len(rewards) > 1 else 0.0
     summary.wall_seconds = time.monotonic() - live.started
     summary.out_dir = str(out_dir)
+    batch.summarise(summary)
+    write_batch(out_dir, batch, pad_token_id)
     (out_dir / SUMMARY).write_bytes(orjson.dumps(asdict(summary), option=orjson.OPT_INDENT_2))
+    return batch
 
 
 def summary_table(summaries: dict[str, RolloutSummary]) -> Table:
@@ -232,7 +209,7 @@ def summary_table(summaries: dict[str, RolloutSummary]) -> Table:
 
 async def run_here(
     config: RolloutConfig, console: Console, sampling: EpisodeSampling | None = None
-) -> RolloutSummary:
+) -> RolloutBatch:
     """`rltap rollout`'s run without Ray: on the proxy at --proxy, else on an engine and proxy
     of this process; every episode sampled by `sampling` (default: `--seed`'s)."""
     from rltap.rollout.serving import agent_workflow, local_workflow
@@ -242,7 +219,7 @@ async def run_here(
     rows = load_rows(Path(config.data))
     if config.proxy:
         if not config.admin_key:
-            raise SystemExit("--proxy needs --admin-key (or RLTAP_ADMIN_KEY)")
+            raise ConfigError("--proxy needs --admin-key (or RLTAP_ADMIN_KEY)")
         remote = agent_workflow(config, config.proxy, config.admin_key)
         async with contextlib.aclosing(remote):
             return await rollout_rows(config, remote, rows, 0, console, sampling)
@@ -259,7 +236,7 @@ async def rollout_rows(
     pad_token_id: int,
     console: Console,
     sampling: EpisodeSampling | None = None,
-) -> RolloutSummary:
+) -> RolloutBatch:
     """`run_rollout` with `rltap rollout`'s settings (--out, --group-size, --concurrency; the
     episodes sampled by `sampling`, default `--seed`'s)."""
     return await run_rollout(
@@ -274,18 +251,18 @@ async def rollout_rows(
     )
 
 
-_RolloutRun = Callable[[RolloutConfig, Console], Coroutine[Any, Any, RolloutSummary]]
+_RolloutRun = Callable[[RolloutConfig, Console], Coroutine[Any, Any, RolloutBatch]]
 
 
 def rollout_command(config: RolloutConfig, run: _RolloutRun | None = None) -> int:
     """`rltap rollout`: prints the summary table; exit 1 if every episode failed. `run` makes
-    the summary instead of this process's proxy (`rltap.rollout.ray.ray_rollout`: --ray)."""
+    the batch instead of this process's proxy (`rltap.rollout.ray.ray_rollout`: --ray)."""
     import os
 
     if config.admin_key is None:
         config = replace(config, admin_key=os.environ.get("RLTAP_ADMIN_KEY"))
     console = Console(stderr=True)
-    summary = asyncio.run((run or run_here)(config, console))
+    summary = asyncio.run((run or run_here)(config, console)).summary
     Console().print(summary_table({Path(config.agent).name: summary}))
     if summary.errors:
         console.print(f"[yellow]{len(summary.errors)} episodes failed; first: {summary.errors[0]}")

@@ -12,10 +12,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from rltap.config import RolloutConfig, ServeConfig
+from rltap.config import ConfigError, RolloutConfig, ServeConfig
 from rltap.engines.base import InferenceEngine
-from rltap.proxy import ProxyServer, create_app, serve_config
-from rltap.rollout.workflow import OpenAIProxyWorkflow, resolve_workflow
+from rltap.proxy import ProxyServer, ServeSetup
+from rltap.rollout.workflow import OpenAIProxyWorkflow, WorkflowSettings, resolve_workflow
 
 __all__ = ["Serving", "agent_workflow", "local_proxy", "local_workflow"]
 
@@ -37,31 +37,25 @@ async def local_proxy(
     """The engine of `config` (or `engine`, built by the caller) behind a proxy on this event
     loop (a fresh admin key), rendering with `tokenizer` when the caller has it loaded."""
     admin_key = secrets.token_urlsafe(24)
-    setup = serve_config(config, admin_key, engine=engine, tokenizer=tokenizer)
+    setup = ServeSetup.load(config, engine=engine, tokenizer=tokenizer)
     pad = setup.renderer.tokenizer.pad_token_id or 0
-    async with ProxyServer(create_app(setup.engine, setup.renderer, setup.config)) as server:
+    async with ProxyServer(setup.app(admin_key)) as server:
         yield Serving(setup.engine, server.url, admin_key, int(pad))
 
 
 def agent_workflow(config: RolloutConfig, proxy_url: str, admin_key: str) -> OpenAIProxyWorkflow:
-    """The config's agent as a workflow against the proxy at `proxy_url`, exporting in its
-    style, with room for every episode in flight in subprocess mode."""
-    episodes = config.episodes
+    """The config's agent as a workflow against the proxy at `proxy_url`, with the config's
+    settings (`WorkflowSettings.of`: its style, room for every episode in flight in subprocess
+    mode)."""
     workflow = resolve_workflow(
         config.agent,
         proxy_addr=proxy_url,
         admin_key=admin_key,
-        mode=episodes.mode,
-        discount=episodes.discount,
-        style=config.style,
-        link_factors=dict(config.link_factors) if config.link_factors else None,
-        agents=config.agents,
-        episode_timeout=episodes.episode_timeout,
-        subproc_workers=episodes.concurrency * episodes.group_size,
+        settings=WorkflowSettings.of(config),
     )
     if not isinstance(workflow, OpenAIProxyWorkflow):
         msg = f"{config.agent} must be an agent with run(data, **kwargs), not a RolloutWorkflow"
-        raise SystemExit(msg)
+        raise ConfigError(msg)
     return workflow
 
 

@@ -7,10 +7,12 @@
 `resolve_workflow` turns what a user names (an instance, a class, "pkg.module:Name",
 "path/to/agent.py:Name") into a workflow. OpenAIProxyWorkflow runs the agent inline (awaited in
 this event loop, with base_url/api_key/http_client passed in) or in a subprocess pool (the child
-sees OPENAI_* and ANTHROPIC_* variables for that episode only).
+sees OPENAI_* and ANTHROPIC_* variables for that episode only); how it runs and exports each
+episode is one `WorkflowSettings`, built from `rltap.config`'s settings (`WorkflowSettings.of`).
 
-With style "tree" an episode is one `TreePack` (`rltap.record.pack`), and a group's packs merge
-into one trie (`merge_tries`: the prompt the group shares appears once).
+With style "tree" an episode is one `TreePack` (`rltap.record.pack`), decoded once from the
+proxy's export, and a group's packs merge into one trie (`merge_tries`: the prompt the group
+shares appears once).
 """
 
 from __future__ import annotations
@@ -24,14 +26,15 @@ import logging
 import math
 import numbers
 import sys
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
 import httpx
 
 from rltap.client import OpenAIProxyClient, interactions_from_export, tree_from_export
+from rltap.config import EpisodeConfig, RolloutConfig
 from rltap.record.errors import RltapError
 from rltap.record.pack import TreePack, merge_tries
 from rltap.record.sampling import EpisodeSampling
@@ -47,6 +50,7 @@ __all__ = [
     "OpenAIProxyWorkflow",
     "RolloutWorkflow",
     "WorkflowError",
+    "WorkflowSettings",
     "load_object",
     "resolve_workflow",
 ]
@@ -74,6 +78,55 @@ class WorkflowError(TypeError):
     """A workflow or agent that cannot be used as given; the message names the fix."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class WorkflowSettings:
+    """How `OpenAIProxyWorkflow` runs each episode and exports its session.
+
+    `episodes` is `rltap.config`'s section itself: `mode`, `discount` and `episode_timeout`
+    apply to every episode, and `concurrency` x `group_size` episodes are in flight at most,
+    so a subprocess pool gets that many workers. The rest are the export's (`POST
+    /export_trajectories`): `style`, `aggregate`, `discount_mode` ("tree": along the
+    conversation tree; "chain": insertion order, AReaL's numbers), `link_factors`, `agents`;
+    `return_tensors` makes `arun_episode` return a tensor dict instead of interactions.
+
+    Usage:
+        settings = WorkflowSettings(episodes=EpisodeConfig(discount=0.9), style="concat")
+        settings = WorkflowSettings.of(config)  # `rltap rollout`'s (a RolloutConfig)
+    """
+
+    episodes: EpisodeConfig = field(default_factory=EpisodeConfig)
+    style: ExportStyle = "individual"
+    aggregate: Aggregate = "mean"
+    discount_mode: DiscountMode = "tree"
+    link_factors: LinkFactors | None = None
+    agents: tuple[str, ...] | None = None
+    return_tensors: bool = False
+
+    def __post_init__(self) -> None:
+        if self.episodes.mode not in ("inline", "subproc"):
+            msg = f"mode must be 'inline' or 'subproc', got {self.episodes.mode!r}"
+            raise WorkflowError(msg)
+        # a typo fails here, not at every episode's export
+        object.__setattr__(self, "link_factors", check_link_factors(self.link_factors))
+        if self.agents is not None:
+            object.__setattr__(self, "agents", tuple(self.agents))
+
+    @classmethod
+    def of(cls, config: RolloutConfig) -> WorkflowSettings:
+        """The settings `rltap rollout` and `rltap train` (`TrainConfig.rollout()`) run with."""
+        return cls(
+            episodes=config.episodes,
+            style=config.style,
+            link_factors=dict(config.link_factors) if config.link_factors else None,
+            agents=None if config.agents is None else tuple(config.agents),
+        )
+
+    @property
+    def workers(self) -> int:
+        """A subprocess pool's workers: one per episode in flight."""
+        return self.episodes.concurrency * self.episodes.group_size
+
+
 class RolloutWorkflow(abc.ABC):
     """One episode of one dataset row, returning a tensor dict, interactions, or None (rejected)."""
 
@@ -85,15 +138,18 @@ class OpenAIProxyWorkflow(RolloutWorkflow):
     """Run `agent.run(data, ...)` in its own proxy session, then export the session.
 
     Usage:
+        settings = WorkflowSettings(episodes=EpisodeConfig(discount=0.9), style="concat")
         workflow = OpenAIProxyWorkflow(MyAgent(), proxy_addr="http://127.0.0.1:8000",
-                                       admin_key=key, discount=0.9, style="concat")
+                                       admin_key=key, settings=settings)
         interactions = await workflow.arun_episode(None, {"question": "2+2?"})
 
     What run() returns becomes the reward: a number rewards the last completed reply, a dict
     {interaction_id: reward} rewards those replies, None assigns nothing (discounting then gives
     zeros). An agent that raises, dies or times out rejects its episode (None); `failures`
-    counts them. `discount_mode` is "tree" (along the conversation tree) or "chain" (insertion
-    order, AReaL's numbers; `rltap.tree.rewards`).
+    counts them. `settings` says how episodes run and are exported (`WorkflowSettings`;
+    default: its defaults). `agent_pool` is a subprocess pool to share (its owner shuts it
+    down; default: one of the workflow's own in mode "subproc"); `http_client` the client to
+    reach the proxy with (the caller's to close).
     """
 
     def __init__(
@@ -102,27 +158,16 @@ class OpenAIProxyWorkflow(RolloutWorkflow):
         *,
         proxy_addr: str,
         admin_key: str,
-        mode: Mode = "inline",
-        discount: float = 1.0,
-        style: ExportStyle = "individual",
-        aggregate: Aggregate = "mean",
-        discount_mode: DiscountMode = "tree",
-        link_factors: LinkFactors | None = None,
-        agents: Sequence[str] | None = None,
-        return_tensors: bool = False,
-        episode_timeout: float | None = None,
-        subproc_workers: int = 4,
+        settings: WorkflowSettings | None = None,
         agent_pool: AgentPool | None = None,
         http_client: httpx.AsyncClient | None = None,
     ) -> None:
-        if mode not in ("inline", "subproc"):
-            msg = f"mode must be 'inline' or 'subproc', got {mode!r}"
-            raise WorkflowError(msg)
+        settings = settings or WorkflowSettings()
         run = getattr(agent, "run", None)
         if not callable(run):
             msg = f"{type(agent).__name__} has no run(data, **kwargs) method"
             raise WorkflowError(msg)
-        if mode == "inline" and not inspect.iscoroutinefunction(run):
+        if settings.episodes.mode == "inline" and not inspect.iscoroutinefunction(run):
             msg = (
                 f"{type(agent).__name__}.run is not async: inline mode awaits it in the event "
                 "loop; make it `async def run(...)` or use mode='subproc'"
@@ -131,21 +176,18 @@ class OpenAIProxyWorkflow(RolloutWorkflow):
         self.agent = agent
         self.proxy_addr = proxy_addr.rstrip("/")
         self.admin_key = admin_key
-        self.mode = mode
-        self.discount = discount
-        self.style: ExportStyle = style
-        self.aggregate: Aggregate = aggregate
-        self.discount_mode: DiscountMode = discount_mode
-        self.link_factors = check_link_factors(link_factors)  # a typo fails here, not per episode
-        self.agents = None if agents is None else list(agents)
-        self.return_tensors = return_tensors
-        self.episode_timeout = episode_timeout
+        self.settings = settings
         self.failures = 0
         self._owns_http = http_client is None
         self._http = http_client or httpx.AsyncClient(timeout=httpx.Timeout(3600.0, connect=30.0))
         # A pool passed in is shared (and shut down) by its owner: its workers outlive us.
         self._owns_pool = agent_pool is None
-        self._pool = (agent_pool or AgentPool(subproc_workers)) if mode == "subproc" else None
+        subproc = settings.episodes.mode == "subproc"
+        self._pool = (agent_pool or AgentPool(settings.workers)) if subproc else None
+
+    @property
+    def style(self) -> ExportStyle:
+        return self.settings.style
 
     async def arun_episode(self, engine: Any, data: Any) -> EpisodeResult:
         episode = await self.run_episode(data)
@@ -153,7 +195,7 @@ class OpenAIProxyWorkflow(RolloutWorkflow):
             return None
         if episode.pack is not None:  # style "tree": the pack is the episode's tensors
             return episode.pack
-        if self.return_tensors:
+        if self.settings.return_tensors:
             tensors = [i.to_tensor_dict() for i in episode.interactions.values()]
             return concat_padded_tensors(tensors)
         return episode.interactions
@@ -185,21 +227,23 @@ class OpenAIProxyWorkflow(RolloutWorkflow):
                 except (WorkflowError, RltapError) as exc:
                     reward_error = exc  # raised below, once the session is freed
         # Exporting frees the session on the proxy, also for a rejected episode.
+        settings = self.settings
         body = await session.export_trajectories(
-            discount=self.discount,
-            style=self.style,
-            aggregate=self.aggregate,
-            link_factors=self.link_factors,
-            agents=self.agents,
-            discount_mode=self.discount_mode,
+            discount=settings.episodes.discount,
+            style=settings.style,
+            aggregate=settings.aggregate,
+            link_factors=settings.link_factors,
+            agents=None if settings.agents is None else list(settings.agents),
+            discount_mode=settings.discount_mode,
         )
         if reward_error is not None:
             raise reward_error
         assert session.session_id is not None
         if error is not None:
             return Episode(session_id=session.session_id, interactions=None, error=error)
-        pack = tree_from_export(body) if self.style == "tree" else None
-        exported = interactions_from_export(body)
+        # The tree is decoded once: the interactions are cut out of that pack.
+        pack = tree_from_export(body) if settings.style == "tree" else None
+        exported = interactions_from_export(body, pack=pack)
         return Episode(session_id=session.session_id, interactions=exported, pack=pack)
 
     async def _run_agent(self, session: OpenAIProxyClient, data: Any) -> Any:
@@ -213,15 +257,16 @@ class OpenAIProxyWorkflow(RolloutWorkflow):
                 api_key=session.api_key,
                 http_client=self._http,
             )
-        if self.episode_timeout is None:
+        timeout = self.settings.episodes.episode_timeout
+        if timeout is None:
             return await run
         try:
-            async with asyncio.timeout(self.episode_timeout) as deadline:
+            async with asyncio.timeout(timeout) as deadline:
                 return await run
         except TimeoutError:
             if not deadline.expired():
                 raise  # the agent's own timeout
-            msg = f"the episode ran past its timeout of {self.episode_timeout:g} s"
+            msg = f"the episode ran past its timeout of {timeout:g} s"
             raise TimeoutError(msg) from None
 
     async def _assign_rewards(self, session: OpenAIProxyClient, result: Any) -> None:
@@ -355,12 +400,15 @@ def resolve_workflow(
     proxy_addr: str | None = None,
     *,
     admin_key: str | None = None,
-    **proxy_options: Any,
+    settings: WorkflowSettings | None = None,
+    agent_pool: AgentPool | None = None,
+    http_client: httpx.AsyncClient | None = None,
 ) -> RolloutWorkflow:
     """A `RolloutWorkflow` from an instance, a class, or a dotted/file path to one.
 
     Agents (anything with a `run` method that is not a RolloutWorkflow) are wrapped in
-    `OpenAIProxyWorkflow(agent, proxy_addr=..., admin_key=..., **proxy_options)`.
+    `OpenAIProxyWorkflow(agent, proxy_addr=..., admin_key=..., settings=..., agent_pool=...,
+    http_client=...)`.
     """
     if group_size < 1:
         msg = f"group_size must be >= 1, got {group_size}"
@@ -381,7 +429,12 @@ def resolve_workflow(
             msg = "an agent needs proxy_addr and admin_key to run against the proxy"
             raise WorkflowError(msg)
         workflow = OpenAIProxyWorkflow(
-            workflow, proxy_addr=proxy_addr, admin_key=admin_key, **proxy_options
+            workflow,
+            proxy_addr=proxy_addr,
+            admin_key=admin_key,
+            settings=settings,
+            agent_pool=agent_pool,
+            http_client=http_client,
         )
     resolved: RolloutWorkflow = workflow
     if group_size > 1:

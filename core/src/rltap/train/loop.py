@@ -4,10 +4,11 @@ Each step k (1-based; the engine starts at policy version 0, and step k trains t
 version k - 1 into version k):
 
 1. rollout: `rows-per-step` dataset rows x `group-size` episodes of the agent through the
-   proxy (`rltap.rollout.run_rollout`), exported as one token trie per row (style `tree`) into
-   `RUN/rollouts/step-k/`;
-2. train: `PolicyTrainer.step` on those packs (advantages, micro-batches, the clipped loss,
-   AdamW); tokens more than `--max-staleness` versions old are left out and counted;
+   proxy (`rltap.rollout.run_rollout`), exported as one token trie per row (style `tree`): a
+   `RolloutBatch` in memory, whose files go to `RUN/rollouts/step-k/` for inspection;
+2. train: `PolicyTrainer.step` on the batch's packs as the proxy exported them (advantages,
+   micro-batches, the clipped loss, AdamW); tokens more than `--max-staleness` versions old are
+   left out and counted;
 3. sync: the new weights into the engine (`rltap.train.sync.weight_sync`), which stamps
    version k on every token it generates from then on;
 4. evaluate, with `--eval-data`: every `--eval-every` steps and at the last, the held-out rows
@@ -48,14 +49,12 @@ from rich.table import Table
 
 from rltap.config import TrainConfig
 from rltap.record.pack import TreePack
-from rltap.record.pack_io import load_packs
 from rltap.record.sampling import EpisodeSampling, derive_seed
+from rltap.rollout.batch import RolloutSummary
 from rltap.rollout.evaluate import score_rows
-from rltap.rollout.files import load_trajectories
 from rltap.rollout.progress import progress_display
 from rltap.rollout.ray import ray_training
-from rltap.rollout.runner import BATCH, RolloutSummary, load_rows, run_rollout
-from rltap.train.config import train_settings
+from rltap.rollout.runner import load_rows, run_rollout
 from rltap.train.lora import LoraMismatch, is_adapter_folder, lora_model
 from rltap.train.memory import trim_heap
 from rltap.train.run_dir import Checkpoint, RunDir
@@ -89,6 +88,9 @@ class TrainSummary:
 
 @dataclass(slots=True)
 class _Rollout:
+    """A step's rollout: its packs in memory, what the trainer steps on (its lines are in the
+    files only: the step holds no more than it trains on)."""
+
     summary: RolloutSummary
     packs: list[TreePack]
     seconds: float
@@ -124,21 +126,21 @@ class _Loop:
 
     async def rollout(self, step: int, workflow: Any, progress: Progress) -> _Rollout:
         started = time.monotonic()
-        out = self.run.rollout_dir(step)
-        summary = await run_rollout(
+        batch = await run_rollout(
             workflow,
             self.rows_of(step),
-            out,
+            self.run.rollout_dir(step),
             group_size=self.loop.episodes.group_size,
             concurrency=self.loop.episodes.concurrency,
             sampling=self.sampling(step),
             progress=progress,
         )
+        summary = batch.summary
         if summary.episodes_ok == 0:
             first = summary.errors[0] if summary.errors else "no episode ran"
             msg = f"step {step}: all {summary.episodes_failed} episodes failed; first: {first}"
             raise TrainingFailed(msg)
-        return _Rollout(summary, load_packs(out / BATCH), time.monotonic() - started)
+        return _Rollout(summary, batch.packs, time.monotonic() - started)
 
     def evaluates(self, step: int) -> bool:
         """Whether step `step` ends with a held-out evaluation (step 0: before the first)."""
@@ -160,7 +162,7 @@ class _Loop:
             seed=None if seed is None else derive_seed(seed, -1), temperature=e.eval_temperature
         )
         out = self.run.eval_dir(step)
-        await run_rollout(
+        batch = await run_rollout(
             workflow,
             self.eval_rows,
             out,
@@ -170,7 +172,7 @@ class _Loop:
             progress=progress,
         )
         result = score_rows(
-            load_trajectories(out),
+            batch.lines,
             len(self.eval_rows),
             e.eval_samples,
             temperature=e.eval_temperature,
@@ -185,20 +187,20 @@ class _Loop:
         }
 
     async def train_and_sync(
-        self, step: int, batch: _Rollout, sync: WeightSync
+        self, step: int, rollout: _Rollout, sync: WeightSync
     ) -> dict[str, float]:
         started = time.monotonic()
         async with self.exclusive():
-            metrics = await asyncio.to_thread(self.trainer.step, batch.packs, self.version)
+            metrics = await asyncio.to_thread(self.trainer.step, rollout.packs, self.version)
         trained = time.monotonic()
         self.version += 1
         await sync.push(self.trainer.model, self.version)
-        rewards = [leaf.reward for pack in batch.packs for leaf in pack.leaves]
+        rewards = [leaf.reward for pack in rollout.packs for leaf in pack.leaves]
         metrics.update(
             reward_mean=statistics.fmean(rewards) if rewards else 0.0,
             reward_std=statistics.pstdev(rewards) if len(rewards) > 1 else 0.0,
-            episodes_failed=float(batch.summary.episodes_failed),
-            rollout_seconds=batch.seconds,
+            episodes_failed=float(rollout.summary.episodes_failed),
+            rollout_seconds=rollout.seconds,
             train_seconds=trained - started,
             sync_seconds=time.monotonic() - trained,
             version=float(self.version),
@@ -245,11 +247,11 @@ async def run_training(config: TrainConfig, console: Console) -> TrainSummary:
                 loop.record(0, await loop.evaluate(0, workflow, progress), tokenizer)
             pending = start(first)
             for step in range(first, steps + 1):
-                batch = await pending
+                rollout = await pending
                 ahead = config.loop.async_rollouts and step < steps
                 if ahead:
                     pending = start(step + 1)
-                metrics = await loop.train_and_sync(step, batch, sync)
+                metrics = await loop.train_and_sync(step, rollout, sync)
                 if loop.evaluates(step):
                     metrics.update(await loop.evaluate(step, workflow, progress))
                 loop.record(step, metrics, tokenizer)
@@ -286,7 +288,7 @@ def _trainer(config: TrainConfig, checkpoint: Checkpoint | None, run: RunDir) ->
     if config.update.kl_coef > 0 and not lora.enabled:  # a frozen copy of the initial weights
         reference = AutoModelForCausalLM.from_pretrained(config.model, dtype="float32")
         reference.eval().requires_grad_(False)
-    trainer = PolicyTrainer(model, train_settings(config), reference=reference)
+    trainer = PolicyTrainer(model, config.update, config.loop, reference=reference)
     if checkpoint is not None:
         run.load_optimizer(checkpoint, trainer.optimizer)
     return trainer

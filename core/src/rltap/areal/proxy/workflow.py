@@ -14,7 +14,9 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from rltap.config import EpisodeConfig
 from rltap.rollout.workflow import OpenAIProxyWorkflow as RltapProxyWorkflow
+from rltap.rollout.workflow import WorkflowSettings
 
 __all__ = ["DEFAULT_ADMIN_API_KEY", "OpenAIProxyWorkflow"]
 
@@ -59,15 +61,20 @@ class OpenAIProxyWorkflow(RltapProxyWorkflow):
         if not proxy_addr:
             msg = "proxy_addr is required: the address of a running rltap proxy (`rltap serve`)"
             raise ValueError(msg)
-        super().__init__(
-            agent,
-            proxy_addr=proxy_addr,
-            admin_key=admin_api_key,
+        if mode == "subproc" and subproc_max_workers < 1:
+            msg = f"subproc_max_workers must be >= 1, got {subproc_max_workers}"
+            raise ValueError(msg)
+        # AReaL's pool size is the episodes in flight rltap sizes a subprocess pool by.
+        episodes = EpisodeConfig(
             mode="subproc" if mode == "subproc" else "inline",
             discount=discount,
+            concurrency=max(1, subproc_max_workers),
+        )
+        settings = WorkflowSettings(
+            episodes=episodes,
             style=export_style,  # type: ignore[arg-type]  # checked by the proxy: a 400 names it
             discount_mode="chain",
-            subproc_workers=subproc_max_workers,
         )
+        super().__init__(agent, proxy_addr=proxy_addr, admin_key=admin_api_key, settings=settings)
         self.export_style = export_style
         self.subproc_max_workers = subproc_max_workers

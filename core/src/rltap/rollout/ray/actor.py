@@ -1,6 +1,8 @@
 """`RolloutActor`: one engine replica, its own proxy on 127.0.0.1 and the agent's workflow, in
-one Ray actor process. The driver hands it episodes (`run_lines`) and, in training, weights
-(`update_weights`: a state dict from the object store, or a folder a server reads).
+one Ray actor process. The driver hands it episodes (`run_episode`, which hands back each
+episode's `EpisodeData`: its lines and, with style tree, its pack as the proxy exported it) and,
+in training, weights (`update_weights`: a state dict from the object store, or a folder a server
+reads).
 
 The agent runs inside the actor, inline (in its event loop) or in its subprocess pool, and
 talks to this actor's proxy: its `base_url` is the actor's, so agent code and framework
@@ -16,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from rltap.config import RolloutConfig
 from rltap.record.sampling import EpisodeSampling
-from rltap.rollout.files import EpisodeLines
+from rltap.rollout.batch import EpisodeData
 from rltap.rollout.runner import LocalEpisodes
 from rltap.rollout.serving import Serving, local_workflow
 
@@ -57,20 +59,19 @@ class RolloutActor:
         config = self._config
         if ray.get_gpu_ids():  # GPUs Ray gave this actor: the embedded engine runs there
             config = config.with_serve(config.serve.with_engine(device="cuda"))
-        try:
-            serving, workflow = await self._stack.enter_async_context(local_workflow(config))
-        except SystemExit as exc:  # a flag refused: its message, not a worker that exited
-            raise ValueError(str(exc)) from None
+        # A setting refused raises its error (ConfigError, an RltapError), which reaches the
+        # driver through Ray as itself (`ray_actors` says why the actors did not start).
+        serving, workflow = await self._stack.enter_async_context(local_workflow(config))
         self._serving, self._episodes = serving, LocalEpisodes(workflow)
         node = str(ray.get_runtime_context().get_node_id())
         return ActorInfo(os.getpid(), node, serving.url, serving.pad_token_id, self.version())
 
-    async def run_lines(
+    async def run_episode(
         self, row: int, episode: int, data: Any, sampling: EpisodeSampling | None = None
-    ) -> EpisodeLines:
-        """One episode through this actor's proxy, as its trajectory lines."""
+    ) -> EpisodeData:
+        """One episode through this actor's proxy: its data, as on one machine."""
         assert self._episodes is not None, "start() first"
-        return await self._episodes.run_lines(row, episode, data, sampling)
+        return await self._episodes.run_episode(row, episode, data, sampling)
 
     async def update_weights(self, source: WeightSource, version: int) -> int:
         """The trainer's weights into this actor's engine (a state dict Ray resolved from the

@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from rltap._lazy import require_module
-from rltap.config import RolloutConfig
+from rltap.config import ConfigError, RolloutConfig
 from rltap.config.serve import SERVER_ENGINES
 
 __all__ = [
@@ -69,15 +69,15 @@ def _servers_or_replicas(config: RolloutConfig) -> list[str | None]:
     if engine.engine not in SERVER_ENGINES:
         count = 1 if replicas is None else replicas
         if count < 1:
-            raise SystemExit("--replicas must be at least 1")
+            raise ConfigError("--replicas must be at least 1")
         return [None] * count
     urls = [url.strip() for url in (engine.url or "").split(",") if url.strip()]
     if not urls:
         msg = f"--ray with --engine {engine.engine} needs --url URL1,URL2,... (one actor each)"
-        raise SystemExit(msg)
+        raise ConfigError(msg)
     if replicas not in (None, len(urls)):
         msg = f"--replicas {replicas} but {len(urls)} servers in --url: one actor per server"
-        raise SystemExit(msg)
+        raise ConfigError(msg)
     return list(urls)
 
 

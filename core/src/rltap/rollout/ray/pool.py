@@ -17,8 +17,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from rltap.record.errors import RltapError
 from rltap.record.sampling import EpisodeSampling
-from rltap.rollout.files import EpisodeLines
+from rltap.rollout.batch import EpisodeData
 from rltap.tree.export import ExportStyle
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ logger = logging.getLogger("rltap.rollout.ray")
 T = TypeVar("T")
 
 
-class NoLiveActors(RuntimeError):
+class NoLiveActors(RltapError, RuntimeError):
     """Every rollout actor of the run is gone (or none started): nothing can run."""
 
 
@@ -47,7 +48,7 @@ class ActorPool:
 
     Usage:
         pool = ActorPool(handles, infos, per_actor=16, max_retries=2, style="individual")
-        summary = await run_rollout(pool, rows, out_dir, group_size=4)
+        batch = await run_rollout(pool, rows, out_dir, group_size=4)
     """
 
     def __init__(
@@ -74,9 +75,9 @@ class ActorPool:
         """`requested` rows per live actor: each actor's slots bound the episodes."""
         return requested * max(1, len(self.live))
 
-    async def run_lines(
+    async def run_episode(
         self, row: int, episode: int, data: Any, sampling: EpisodeSampling | None = None
-    ) -> EpisodeLines:
+    ) -> EpisodeData:
         """Episode `episode` of `row` on the least loaded live actor; again on another when
         that actor dies, `max_retries` times at most."""
         from ray.exceptions import RayActorError
@@ -85,14 +86,14 @@ class ActorPool:
         while True:
             slot = await self._acquire()
             try:
-                run = slot.handle.run_lines.remote(row, episode, data, sampling)
-                result: EpisodeLines = await run
+                run = slot.handle.run_episode.remote(row, episode, data, sampling)
+                result: EpisodeData = await run
             except RayActorError as exc:
                 await self._lose(slot, exc)
                 lost += 1
                 if lost > self.max_retries:
                     error = f"lost with {lost} rollout actors: {type(exc).__name__}: {exc}"
-                    return EpisodeLines(session_id="", lines=None, error=error, retries=lost - 1)
+                    return EpisodeData(session_id="", lines=None, error=error, retries=lost - 1)
                 continue
             finally:
                 await self._release(slot)

@@ -11,13 +11,14 @@ from typing import Any
 
 from rich.console import Console
 
-from rltap.config import RolloutConfig
+from rltap.config import ConfigError, RolloutConfig
 from rltap.config.serve import SERVER_ENGINES
 from rltap.record.sampling import EpisodeSampling
+from rltap.rollout.batch import RolloutBatch
 from rltap.rollout.ray.cluster import connect, require_ray, start_actors
 from rltap.rollout.ray.pool import ActorPool, NoLiveActors
 from rltap.rollout.ray.weights import RayWeightSync
-from rltap.rollout.runner import RolloutSummary, load_rows, rollout_rows
+from rltap.rollout.runner import load_rows, rollout_rows
 
 __all__ = ["ray_actors", "ray_rollout", "ray_training"]
 
@@ -63,17 +64,16 @@ async def _stop(handles: list[Any]) -> None:
 
 async def ray_rollout(
     config: RolloutConfig, console: Console, sampling: EpisodeSampling | None = None
-) -> RolloutSummary:
-    """`rltap rollout --ray`: the rows' episodes on the actors, the files written here; the
-    episodes sampled by `sampling` (default: `--seed`'s)."""
+) -> RolloutBatch:
+    """`rltap rollout --ray`: the rows' episodes on the actors, their data handed back here and
+    the files written here; the episodes sampled by `sampling` (default: `--seed`'s).
+    `NoLiveActors` when every actor is gone: the rows finished so far are in the files, and
+    running again resumes after them."""
     if config.proxy:
-        raise SystemExit("--ray starts a proxy in each rollout actor: it takes no --proxy")
+        raise ConfigError("--ray starts a proxy in each rollout actor: it takes no --proxy")
     rows = load_rows(Path(config.data))
-    try:
-        async with ray_actors(config) as pool:
-            return await rollout_rows(config, pool, rows, pool.pad_token_id, console, sampling)
-    except NoLiveActors as exc:  # the rows finished so far are in the files: run again
-        raise SystemExit(f"rltap rollout: {exc}") from exc
+    async with ray_actors(config) as pool:
+        return await rollout_rows(config, pool, rows, pool.pad_token_id, console, sampling)
 
 
 @contextlib.asynccontextmanager
@@ -81,10 +81,8 @@ async def ray_training(
     config: RolloutConfig, sync_dir: Path
 ) -> AsyncIterator[tuple[ActorPool, RayWeightSync]]:
     """`rltap train --ray`: the actors (each step's rollouts, `TrainConfig.rollout()`) and the
-    sync of every one's weights."""
-    try:
-        async with ray_actors(config) as pool:
-            embedded = config.serve.engine.engine not in SERVER_ENGINES
-            yield pool, RayWeightSync(pool, sync_dir, embedded=embedded)
-    except NoLiveActors as exc:  # the last checkpoint is where a new run resumes
-        raise SystemExit(f"rltap train: {exc}") from exc
+    sync of every one's weights. `NoLiveActors` when every actor is gone: the last checkpoint
+    is where a new run resumes."""
+    async with ray_actors(config) as pool:
+        embedded = config.serve.engine.engine not in SERVER_ENGINES
+        yield pool, RayWeightSync(pool, sync_dir, embedded=embedded)
