@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -130,3 +131,24 @@ def test_a_loaded_tokenizer_is_the_renderers_own(tiny_model_dir: Path) -> None:
     assert loaded.tokenizer is not tokenizer
     assert shared.end_of_turn_ids == loaded.end_of_turn_ids
     assert shared.stop_token_ids == loaded.stop_token_ids  # generation_config.json's still read
+
+
+@pytest.mark.parametrize(
+    ("chat", "flag"),
+    [
+        pytest.param({"tool_parser": "no-such-parser"}, "--tool-parser", id="tool"),
+        pytest.param({"reasoning_parser": "no-such-parser"}, "--reasoning-parser", id="reasoning"),
+    ],
+)
+def test_an_unknown_parser_is_refused_when_the_proxy_is_built(
+    tiny_model: Any, renderer: Any, chat: dict[str, str], flag: str
+) -> None:
+    from rltap.config import ChatConfig, ConfigError, ServeConfig
+    from rltap.engines.scripted import ScriptedEngine
+    from rltap.proxy import create_app
+    from rltap.testing.scripts import echo
+
+    engine = ScriptedEngine(echo, tiny_model, tokenizer=renderer.tokenizer)
+    config = ServeConfig(chat=ChatConfig(**chat))
+    with pytest.raises(ConfigError, match=f"{flag}: unknown .* 'no-such-parser'; known: "):
+        create_app(engine, renderer, config, admin_key="k" * 32)

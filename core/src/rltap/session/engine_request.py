@@ -23,12 +23,17 @@ from rltap.record.generation import CanonicalRequest
 from rltap.record.sampling import EpisodeSampling
 from rltap.record.types import ModelRequest
 
-__all__ = ["build_model_request", "output_parser"]
+__all__ = ["UnknownParser", "build_model_request", "output_parser"]
+
+
+class UnknownParser(ConfigError, UnknownNameError):
+    """--tool-parser or --reasoning-parser names no registered parser; the message lists the
+    known ones. A `LookupError` too, as the registry's own error (and AReaL's) is."""
 
 
 def output_parser(chat: ChatConfig) -> OutputParser:
-    """The parsers `chat` names (--tool-parser, --reasoning-parser); `ConfigError` naming the
-    flag of an unknown one. Built once per pair of names: every session of a proxy shares it."""
+    """The parsers `chat` names (--tool-parser, --reasoning-parser); `UnknownParser` naming
+    the flag of an unknown one. Built once per pair of names: a proxy's sessions share it."""
     return _output_parser(chat.tool_parser, chat.reasoning_parser)
 
 
@@ -37,11 +42,11 @@ def _output_parser(tool_parser: str | None, reasoning_parser: str | None) -> Out
     try:
         tools = None if tool_parser is None else get_tool_parser(tool_parser)
     except UnknownNameError as exc:
-        raise ConfigError(f"--tool-parser: {exc}") from None
+        raise UnknownParser(f"--tool-parser: {exc}") from None
     try:
         thoughts = None if reasoning_parser is None else get_reasoning_parser(reasoning_parser)
     except UnknownNameError as exc:
-        raise ConfigError(f"--reasoning-parser: {exc}") from None
+        raise UnknownParser(f"--reasoning-parser: {exc}") from None
     return OutputParser(tools, thoughts)
 
 
