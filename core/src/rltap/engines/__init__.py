@@ -1,7 +1,8 @@
 """Inference engines: embedded transformers, vLLM and SGLang over HTTP, and a scripted fake.
 
-Engine classes are imported on first use: each pulls in its own stack (torch, an HTTP client).
-The embedded ones (transformers, scripted) need the `rltap[embedded]` extra.
+The engines by name are `rltap.config.engines.ENGINES`; their classes are imported on first use
+(each pulls in its own stack: torch, an HTTP client). The embedded ones (transformers, scripted)
+need the `rltap[embedded]` extra.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rltap._lazy import lazy_getattr
+from rltap.config.engines import ENGINES
 from rltap.engines.base import InferenceEngine
 from rltap.engines.factory import ENGINE_KINDS, EngineKind, create_engine, require_embedded
 
@@ -29,13 +31,9 @@ __all__ = [
     "create_engine",
 ]
 
-_LAZY = {
-    "ScriptedEngine": "rltap.engines.scripted",
-    "SGLangEngine": "rltap.engines.sglang",
-    "TransformersEngine": "rltap.engines.transformers",
-    "VLLMEngine": "rltap.engines.vllm",
-}
-_EMBEDDED = frozenset({"ScriptedEngine", "TransformersEngine"})
+# Every engine class of the registry, by its class name.
+_LAZY = {entry.class_name: entry.module for entry in ENGINES.values()}
+_EMBEDDED = frozenset(entry.class_name for entry in ENGINES.values() if not entry.server)
 _lazy_getattr = lazy_getattr("rltap.engines", globals(), _LAZY)
 
 

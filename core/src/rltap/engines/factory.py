@@ -1,17 +1,25 @@
 """Build an engine by name, the way `rltap serve --engine ...` does.
 
-Each engine's module is imported only when that engine is built. The vLLM and SGLang engines
-need nothing beyond `pip install rltap`; the transformers and scripted engines run the model
-in-process and need torch, which the `rltap[embedded]` extra installs: without it, building one
-fails with an ImportError that says so.
+The names, the classes and where each runs are `rltap.config.engines.ENGINES`. A class is given
+the engine settings (`EngineConfig`'s fields) its constructor names (`model`, `url`, `script`,
+...); one of those without a default is required, and a `ConfigError` naming its flag when it
+is not set. Each engine's module is imported only when that engine is built. The server engines
+(vLLM, SGLang) need nothing beyond `pip install rltap`; the embedded ones (transformers,
+scripted) run the model in-process and need torch, which the `rltap[embedded]` extra installs:
+without it, building one fails with an ImportError that says so.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+import dataclasses
+import importlib
+import inspect
+from typing import Any
 
 from rltap._lazy import require_module
-from rltap.config.serve import ENGINE_KINDS, MAX_PREFILL_TOKENS, SERVER_ENGINES, EngineKind
+from rltap.config.engines import ENGINE_KINDS, ENGINES, SERVER_ENGINES, EngineEntry
+from rltap.config.flags import ConfigError, settings
+from rltap.config.serve import EngineConfig, EngineKind
 from rltap.engines.base import InferenceEngine
 
 __all__ = [
@@ -20,6 +28,7 @@ __all__ = [
     "SERVER_ENGINES",
     "EngineKind",
     "create_engine",
+    "engine_class",
     "require_embedded",
 ]
 
@@ -32,58 +41,43 @@ def require_embedded(what: str) -> None:
     require_module("torch", EMBEDDED_EXTRA, what)
 
 
-def create_engine(
-    kind: EngineKind,
-    *,
-    model: str | Path | None = None,
-    tokenizer: str | Path | None = None,
-    url: str | None = None,
-    script: str | None = None,
-    num_threads: int | None = 1,
-    dtype: str = "float32",
-    device: str = "cpu",
-    max_prefill_tokens: int = MAX_PREFILL_TOKENS,
-) -> InferenceEngine:
-    """An engine of `kind`; each kind says which arguments it needs when one is missing.
-
-    transformers: `model` (a local folder); vllm and sglang: `url`; scripted: `script`
-    ("module:function") and `model` (the model that teacher-forces the logprobs).
-    `max_prefill_tokens` is the transformers engine's batched-prefill budget.
+def create_engine(kind: EngineKind | EngineConfig, **settings: Any) -> InferenceEngine:
+    """The engine the settings name: an `EngineConfig` (`settings` change its fields), or an
+    engine's name and the other fields as keywords (`create_engine("vllm", url="http://h:8000")`).
     """
-    if kind in SERVER_ENGINES:
-        if not url:
-            msg = f"the {kind} engine needs --url (the {kind} server's address)"
-            raise ValueError(msg)
-        if kind == "vllm":
-            from rltap.engines.vllm import VLLMEngine
+    if isinstance(kind, EngineConfig):
+        config = dataclasses.replace(kind, **settings)
+    else:
+        config = EngineConfig(engine=kind, **settings)
+    name = config.engine
+    entry = ENGINES.get(name)
+    if entry is None:
+        msg = f"unknown engine {name!r}; choose one of {', '.join(ENGINES)}"
+        raise ConfigError(msg)
+    if not entry.server:
+        require_embedded(f"the {name} engine")
+    cls = engine_class(entry)
+    engine: InferenceEngine = cls(**_arguments(name, cls, config))
+    return engine
 
-            return VLLMEngine(url, model=str(model) if model else None)
-        from rltap.engines.sglang import SGLangEngine
 
-        return SGLangEngine(url)
-    if kind not in ENGINE_KINDS:
-        msg = f"unknown engine {kind!r}; choose one of {', '.join(ENGINE_KINDS)}"
-        raise ValueError(msg)
-    if model is None:
-        msg = f"the {kind} engine needs --model (a local model folder)"
-        raise ValueError(msg)
-    require_embedded(f"the {kind} engine")
-    if kind == "transformers":
-        from rltap.engines.transformers import TransformersEngine
+def engine_class(entry: EngineEntry) -> type[Any]:
+    """The class `entry` names, imported now."""
+    cls: type[Any] = getattr(importlib.import_module(entry.module), entry.class_name)
+    return cls
 
-        return TransformersEngine(
-            str(model),
-            tokenizer=str(tokenizer or model),
-            num_threads=num_threads,
-            dtype=dtype,
-            device=device,
-            max_prefill_tokens=max_prefill_tokens,
-        )
-    if not script:
-        msg = "the scripted engine needs --script module:function"
-        raise ValueError(msg)
-    from rltap.engines.scripted import ScriptedEngine
 
-    return ScriptedEngine(
-        script, str(model), tokenizer=str(tokenizer or model), num_threads=num_threads
-    )
+def _arguments(name: str, cls: type[Any], config: EngineConfig) -> dict[str, Any]:
+    """The settings `cls`'s constructor names; a `ConfigError` for a required one not set."""
+    parameters = inspect.signature(cls).parameters
+    arguments = {}
+    for setting in settings(EngineConfig):
+        parameter = parameters.get(setting.dest)
+        if parameter is None:
+            continue
+        value = getattr(config, setting.dest)
+        if parameter.default is inspect.Parameter.empty and value in (None, ""):
+            msg = f"the {name} engine needs {setting.flag}: {setting.kwargs['help']}"
+            raise ConfigError(msg)
+        arguments[setting.dest] = value
+    return arguments
