@@ -2,17 +2,21 @@
 session limits and its capture store (`ServeConfig`, shared by `rltap rollout`, `rltap train`,
 `rltap demo` and every Ray rollout actor), and where `rltap serve` listens (`ServerConfig`).
 
-`rltap.session.SessionConfig`, `rltap.client.DirectOpenAI` and `rltap.proxy.ProxyLimits` take
-their defaults from these fields.
+The runtime classes take these sections themselves, so a setting is one field here: a
+`rltap.session.Session` and `rltap.client.DirectOpenAI` take a `ChatConfig`, the proxy
+(`rltap.proxy.create_app`) a whole `ServeConfig`. Each section checks its own values and raises
+`ConfigError` naming the flag.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Literal, TypeAlias
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, TypeAlias, get_args
 
 from rltap.config.engines import ENGINE_KINDS, SERVER_ENGINES, engines_help
-from rltap.config.flags import option, section
+from rltap.config.flags import ConfigError, option, section
 from rltap.record.tensor_codec import TensorEnvelope
 
 __all__ = [
@@ -25,9 +29,12 @@ __all__ = [
     "EngineConfig",
     "EngineKind",
     "LimitsConfig",
+    "Retention",
     "ServeConfig",
     "ServerConfig",
     "StoreConfig",
+    "check_admin_key",
+    "parse_retention",
 ]
 
 # `--engine`'s choices: the names in `rltap.config.engines.ENGINES` (to mypy, any str).
@@ -63,10 +70,26 @@ class EngineConfig:
         f"arriving together share one while they fit (default {MAX_PREFILL_TOKENS})",
     )
 
+    def __post_init__(self) -> None:
+        _at_least(1, num_threads=self.num_threads, max_prefill_tokens=self.max_prefill_tokens)
+
+    @property
+    def tokenizer_dir(self) -> str:
+        """--tokenizer, else --model: the folder the chat template is read from (a proxy needs
+        one; `rltap rollout --proxy URL` runs no engine and so needs neither)."""
+        folder = self.tokenizer or self.model
+        if not folder:
+            raise ConfigError("--tokenizer (or --model) must name a local tokenizer folder")
+        return folder
+
 
 @dataclass(frozen=True, kw_only=True)
 class ChatConfig:
-    """How each call is rendered, parsed and bounded: a session's defaults."""
+    """How each call is rendered, parsed and bounded: a session's defaults.
+
+    Usage:
+        ChatConfig(max_context=32768, default_max_tokens=1024, reasoning_parser="qwen3")
+    """
 
     chat_template_mode: ChatTemplateMode = option(
         "concat",
@@ -85,6 +108,22 @@ class ChatConfig:
         False, "drop image, audio and file parts the model cannot read instead of refusing (400)"
     )
 
+    def __post_init__(self) -> None:
+        if self.chat_template_mode not in get_args(ChatTemplateMode):
+            modes = ", ".join(get_args(ChatTemplateMode))
+            msg = f"--chat-template-mode takes one of {modes}, got {self.chat_template_mode!r}"
+            raise ConfigError(msg)
+        _at_least(1, default_max_tokens=self.default_max_tokens)
+        if self.max_context is not None:
+            _at_least(1, max_context=self.max_context)
+        _at_least(0, default_temperature=self.default_temperature)
+
+    @property
+    def context_window(self) -> int:
+        """--max-context, or `FALLBACK_MAX_CONTEXT` when neither it nor the model says one
+        (the proxy fills it in from the model's config.json first)."""
+        return self.max_context or FALLBACK_MAX_CONTEXT
+
 
 @dataclass(frozen=True, kw_only=True)
 class LimitsConfig:
@@ -93,6 +132,12 @@ class LimitsConfig:
     capacity: int = option(1024, "sessions at once")
     session_ttl: float = option(1800.0, "idle seconds")
     export_grace: float = option(900.0, "seconds after end")
+    grant_ttl: float = option(
+        300.0, "seconds a slot reserved by /grant_capacity waits for its session (default 300)"
+    )
+    reap_interval: float = option(
+        5.0, "seconds between the sweeps that end idle sessions and free expired ones"
+    )
     max_body_bytes: int = option(32 * 1024 * 1024, "larger bodies get 413")
     model_name: str | None = option(None, "name in /v1/models")
     export_format: TensorEnvelope = option(
@@ -100,6 +145,61 @@ class LimitsConfig:
         "the /export_trajectories body when a request names no format: rltap (default) "
         "or areal (AReaL 1.0.4's, which its OpenAIProxyClient reads)",
     )
+    export_wait_timeout: float = option(
+        30.0,
+        "seconds /export_trajectories waits for a session's calls still running when the "
+        "request sets no wait_timeout (default 30)",
+    )
+    max_export_wait: float = option(
+        600.0, "the longest wait_timeout an /export_trajectories request may ask (default 600)"
+    )
+
+    def __post_init__(self) -> None:
+        _at_least(1, capacity=self.capacity, max_body_bytes=self.max_body_bytes)
+        _at_least(
+            0,
+            session_ttl=self.session_ttl,
+            export_grace=self.export_grace,
+            export_wait_timeout=self.export_wait_timeout,
+        )
+        if self.grant_ttl <= 0 or self.reap_interval <= 0:
+            raise ConfigError("--grant-ttl and --reap-interval must be positive")
+        if self.export_wait_timeout > self.max_export_wait:
+            msg = (
+                f"--export-wait-timeout ({self.export_wait_timeout:g}) must be at most "
+                f"--max-export-wait ({self.max_export_wait:g})"
+            )
+            raise ConfigError(msg)
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """Keep exported sessions for `max_age` seconds, or the newest `max_count` of them."""
+
+    max_age: float | None = None
+    max_count: int | None = None
+
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_retention(text: str) -> Retention:
+    """`Retention` from `--store-retention`'s text (`ConfigError` naming the forms it takes).
+
+    `7d`, `12h`, `30m`, `90s`: exported sessions older than that are pruned; a bare number,
+    `1000`: the newest 1000 exported sessions are kept."""
+    spec = text.strip().lower()
+    try:
+        if spec and spec[-1] in _UNITS:
+            age = float(spec[:-1]) * _UNITS[spec[-1]]
+            if age > 0:
+                return Retention(max_age=age)
+        elif int(spec) >= 0:
+            return Retention(max_count=int(spec))
+    except ValueError:
+        pass
+    msg = f"--store-retention takes an age (7d, 12h, 30m, 90s) or a count (1000), got {text!r}"
+    raise ConfigError(msg)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -119,15 +219,39 @@ class StoreConfig:
         metavar="AGE|COUNT",
     )
 
+    def __post_init__(self) -> None:
+        if self.store_retention is not None:
+            if self.store is None:
+                raise ConfigError("--store-retention needs --store")
+            parse_retention(self.store_retention)
+
+    @property
+    def path(self) -> Path | None:
+        """--store as a path; None: memory only."""
+        return None if self.store is None else Path(self.store)
+
+    @property
+    def retention(self) -> Retention | None:
+        """--store-retention, parsed; None: keep every session."""
+        return None if self.store_retention is None else parse_retention(self.store_retention)
+
 
 @dataclass(frozen=True, kw_only=True)
 class ServeConfig:
-    """Everything a proxy in front of an engine is built from (`rltap.proxy.serve_config`)."""
+    """Everything a proxy in front of an engine is built from (`rltap.proxy.create_app`)."""
 
     engine: EngineConfig = section(EngineConfig, "engine")
     chat: ChatConfig = section(ChatConfig, "chat")
     limits: LimitsConfig = section(LimitsConfig, "sessions")
     store: StoreConfig = section(StoreConfig, "capture store")
+
+    @property
+    def model_name(self) -> str:
+        """The name /v1/models and /health answer: --model-name, else the model's (or the
+        tokenizer's) folder name, else "rltap"."""
+        if self.limits.model_name:
+            return self.limits.model_name
+        return Path(self.engine.model or self.engine.tokenizer or "rltap").name
 
     def with_store(self, path: str) -> ServeConfig:
         """These settings with the capture store in `path`."""
@@ -143,6 +267,32 @@ class ServeConfig:
         return replace(self, engine=engine)
 
 
+# Keys anyone would guess; refused when the proxy listens beyond loopback.
+_WEAK_KEYS = frozenset({"admin", "test", "secret", "password", "changeme", "rltap", "areal", "key"})
+_MIN_PUBLIC_KEY_LEN = 16
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_admin_key(admin_key: str, host: str) -> None:
+    """Refuse (`ConfigError`) an empty or guessable admin key on a non-loopback address."""
+    if _is_loopback(host):
+        return
+    if not admin_key or admin_key.lower() in _WEAK_KEYS or len(admin_key) < _MIN_PUBLIC_KEY_LEN:
+        msg = (
+            f"refusing to listen on {host} with a known or short admin key; use at least "
+            f"{_MIN_PUBLIC_KEY_LEN} random characters (--admin-key or RLTAP_ADMIN_KEY)"
+        )
+        raise ConfigError(msg)
+
+
 @dataclass(frozen=True, kw_only=True)
 class ServerConfig:
     """`rltap serve`: the proxy's settings and where it listens."""
@@ -151,3 +301,15 @@ class ServerConfig:
     port: int = option(8000, "port (default 8000)")
     admin_key: str | None = option(None, "admin key (default: RLTAP_ADMIN_KEY)")
     serve: ServeConfig = section(ServeConfig)
+
+    def __post_init__(self) -> None:
+        if self.admin_key is not None:  # an explicit "" is an empty key: refused
+            check_admin_key(self.admin_key, self.host)
+
+
+def _at_least(low: float, **values: float) -> None:
+    """`ConfigError` naming the flag of the first value below `low`."""
+    for name, value in values.items():
+        if value < low:
+            msg = f"--{name.replace('_', '-')} must be at least {low:g}, got {value:g}"
+            raise ConfigError(msg)
