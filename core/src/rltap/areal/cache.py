@@ -3,6 +3,8 @@
 What differs from `rltap.InteractionCache` is only what AReaL's callers rely on:
 
 - `InteractionCache(items)` / `InteractionCache(**items)` fills it as a dict would.
+- Its interactions are `rltap.areal.types.InteractionWithTokenLogpReward`, with AReaL's
+  `completion` and `response`: the calls a session records in it too.
 - An interaction stored AReaL's way, `cache[id] = InteractionWithTokenLogpReward(...)`, is
   complete once it carries both a `model_response` and an `output_message_list`, whether set
   before storing it or afterwards on the stored object; a response of AReaL's own class is read
@@ -34,8 +36,10 @@ from typing import Any
 import numpy as np
 
 from rltap.areal.io_struct import to_rltap_response
+from rltap.areal.types import InteractionWithTokenLogpReward, as_areal
 from rltap.record.errors import ExportMismatch, InvalidRequest
-from rltap.record.types import InteractionStatus, InteractionWithTokenLogpReward, TokenSequence
+from rltap.record.types import InteractionStatus, TokenSequence
+from rltap.record.types import InteractionWithTokenLogpReward as RecordedInteraction
 from rltap.record.types import ModelResponse as RltapResponse
 from rltap.tree.cache import InteractionCache as TreeCache
 from rltap.tree.export import branch_sequence, concat_leaves
@@ -64,7 +68,7 @@ class _Refused(TokenSequence):
         raise self.error
 
 
-def _on_branch(node: InteractionWithTokenLogpReward, style: str) -> bool:
+def _on_branch(node: RecordedInteraction, style: str) -> bool:
     """Whether `node`'s tensors are its branch: a concat export's leaf, or, as AReaL's
     `to_tensor_dict` walks the parents of a concat-rendered call, one continuing its parent."""
     return style == "concat" or (
@@ -72,7 +76,7 @@ def _on_branch(node: InteractionWithTokenLogpReward, style: str) -> bool:
     )
 
 
-def _export_sequence(node: InteractionWithTokenLogpReward, style: str) -> TokenSequence | None:
+def _export_sequence(node: RecordedInteraction, style: str) -> TokenSequence | None:
     """What the export copy of `node` trains on; None for its own prompt and reply."""
     along = _on_branch(node, style)
     branch = [node]
@@ -97,9 +101,7 @@ def _export_sequence(node: InteractionWithTokenLogpReward, style: str) -> TokenS
         return _Refused(error=exc)
 
 
-def _export(
-    complete: Sequence[InteractionWithTokenLogpReward], style: str
-) -> dict[str, InteractionWithTokenLogpReward]:
+def _export(complete: Sequence[RecordedInteraction], style: str) -> dict[str, RecordedInteraction]:
     """Copies of `complete` (`concat`: its leaves) as AReaL hands them out: rewards as they
     stand (None where none was set), and a copy's `parent` the exported copy of its parent
     wherever the export holds that too, so the copies form the tree the cache holds."""
@@ -127,7 +129,20 @@ class InteractionCache(TreeCache):
         for interaction_id, interaction in dict(*args, **kwargs).items():
             self[interaction_id] = interaction
 
-    def __setitem__(self, interaction_id: str, interaction: InteractionWithTokenLogpReward) -> None:
+    def add(
+        self,
+        interaction: RecordedInteraction,
+        context: bytes | None = None,
+        agent: str | None = None,
+        *,
+        rewrites: bool = False,
+    ) -> InteractionWithTokenLogpReward:
+        """`rltap.tree.cache.InteractionCache.add`, the interaction made AReaL's class first."""
+        areal = as_areal(interaction)
+        super().add(areal, context, agent, rewrites=rewrites)
+        return areal
+
+    def __setitem__(self, interaction_id: str, interaction: RecordedInteraction) -> None:
         self._complete_pending()
         if interaction.model_response is not None:
             interaction.model_response = _readable(interaction.model_response)
@@ -176,7 +191,7 @@ class InteractionCache(TreeCache):
             for interaction_id, reward in discounted.items():
                 self[interaction_id].reward = reward
             self._discounted = True
-        return {interaction_id: self[interaction_id] for interaction_id in discounted}
+        return {interaction_id: as_areal(self[interaction_id]) for interaction_id in discounted}
 
     def export_interactions(  # type: ignore[override]
         self, style: str, reward_discount: float | None = None
@@ -196,4 +211,4 @@ class InteractionCache(TreeCache):
                     "was rendered with chat_template_type='concat'; use 'individual'"
                 )
                 raise InvalidRequest(msg, param="style")
-            return _export(complete, style)
+            return {key: as_areal(node) for key, node in _export(complete, style).items()}

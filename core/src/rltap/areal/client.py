@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import cached_property
-from typing import Any
+from typing import Any, cast
 
 import openai
 from openai.resources.chat import AsyncChat, AsyncCompletions
@@ -30,10 +30,12 @@ from rltap.areal.cache import InteractionCache
 from rltap.areal.engine import as_rltap_engine
 from rltap.areal.io_struct import to_rltap_response
 from rltap.areal.streaming import areal_chunks, areal_stream_options
+from rltap.areal.types import InteractionWithTokenLogpReward, as_areal
 from rltap.chat.renderer import ChatRenderer, ParentTokens, RenderMode
 from rltap.client.direct import RLTAP_ERROR, DirectOpenAI
+from rltap.config.serve import ChatConfig, ChatTemplateMode
 from rltap.record.errors import RltapError
-from rltap.record.types import InteractionWithTokenLogpReward
+from rltap.record.types import InteractionWithTokenLogpReward as RecordedInteraction
 from rltap.session.session import Session
 
 __all__ = ["ArealOpenAI", "concat_prompt_token_ids_with_parent"]
@@ -74,7 +76,7 @@ def _message_dicts(messages: Any) -> list[dict[str, Any]]:
 
 def concat_prompt_token_ids_with_parent(
     message_list: list[dict[str, Any]],
-    parent: InteractionWithTokenLogpReward | None,
+    parent: RecordedInteraction | None,
     tokenizer: Any,
     tools: Iterable[Mapping[str, Any]] | None = None,
     extra_body: Mapping[str, Any] | None = None,
@@ -173,18 +175,18 @@ class ArealOpenAI(DirectOpenAI):
         lora_name: str = "",
         **kwargs: Any,
     ) -> None:
-        limits: dict[str, Any] = {}
-        if engine_max_tokens is not None:
-            limits["max_context"] = engine_max_tokens
+        chat = ChatConfig(
+            chat_template_mode=cast("ChatTemplateMode", chat_template_type),
+            tool_parser=tool_call_parser,
+            reasoning_parser=reasoning_parser,
+            max_context=engine_max_tokens,
+            default_max_tokens=_DEFAULT_MAX_NEW_TOKENS,
+        )
         super().__init__(
             as_rltap_engine(engine, tokenizer=tokenizer, lora_name=lora_name),
             tokenizer,
-            tool_call_parser=tool_call_parser,
-            reasoning_parser=reasoning_parser,
-            chat_template_type=chat_template_type,
-            default_max_tokens=_DEFAULT_MAX_NEW_TOKENS,
+            chat=chat,
             cache=InteractionCache(),
-            **limits,
             **kwargs,
         )
         self.tokenizer = tokenizer
@@ -217,7 +219,8 @@ class ArealOpenAI(DirectOpenAI):
         return cache
 
     def get_interaction(self, id: str) -> InteractionWithTokenLogpReward | None:  # type: ignore[override]
-        return self.cache.get(id)
+        interaction = self.cache.get(id)
+        return None if interaction is None else as_areal(interaction)
 
     def set_reward(self, id: str, reward: float) -> None:
         self.cache.set_reward(id, reward)

@@ -47,7 +47,7 @@ class ApiSpec:
             paths=("/v1/chat/completions", "/chat/completions"),
             request_model=ChatCompletionRequest, to_canonical=to_canonical,
             build_response=build_response, stream_encoder=StreamEncoder,
-            error_body=error_body, id_prefix="chatcmpl-", reply_field="completion",
+            error_body=error_body, id_prefix="chatcmpl-",
         )
     """
 
@@ -69,8 +69,6 @@ class ApiSpec:
     """The API's error envelope for an error."""
     id_prefix: str
     """How the API's reply ids begin (`chatcmpl-`); interaction ids follow it."""
-    reply_field: str
-    """The interaction attribute that keeps the reply body (the seed's `completion`, ...)."""
     operations: tuple[Operation, ...] = ()
     """The API's other routes (`rltap.protocols.operation`): retrieve, count tokens, ..."""
     session_state: Callable[[], object] | None = None

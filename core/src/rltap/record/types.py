@@ -1,8 +1,10 @@
 """The data model: what goes into an engine, what comes out, and one recorded LLM call.
 
 `InteractionWithTokenLogpReward` keeps the seed system's name, fields (as keywords) and
-properties (`is_completion`, `is_response`, `has_tensor_data`, `created_at`,
-`remaining_messages`) so code written for AReaL's agentic workflow reads the same here.
+properties (`has_tensor_data`, `created_at`, `remaining_messages`) so code written for AReaL's
+agentic workflow reads the same here. It names no wire API: the reply body a call was answered
+with is kept under its API's name (`reply_bodies`), and `rltap.areal`'s subclass reads AReaL's
+`completion` and `response` from there.
 """
 
 from __future__ import annotations
@@ -270,9 +272,9 @@ class InteractionWithTokenLogpReward:
     instruction_messages: int = 0
     output_message_list: list[dict[str, Any]] | None = None
     tools: list[dict[str, Any]] | None = None
-    completion: Any = None  # openai.types.chat.ChatCompletion for /v1/chat/completions
-    response: Any = None  # openai.types.responses.Response for /v1/responses
-    anthropic_message: Any = None  # the Anthropic message body for /v1/messages
+    # The reply body the call was answered with, under the name of the wire API that answered
+    # (`rltap.protocols.ApiSpec.name`): what that API may read back (a stored response).
+    reply_bodies: dict[str, Any] = field(default_factory=dict)
     chat_template_type: str = "hf"
     interaction_id: str = field(default_factory=_new_interaction_id)
     created: float = field(default_factory=time.time)
@@ -287,14 +289,6 @@ class InteractionWithTokenLogpReward:
     @property
     def is_complete(self) -> bool:
         return self.status is InteractionStatus.COMPLETE
-
-    @property
-    def is_completion(self) -> bool:
-        return self.completion is not None
-
-    @property
-    def is_response(self) -> bool:
-        return self.response is not None
 
     @property
     def has_tensor_data(self) -> bool:

@@ -63,11 +63,12 @@ async def reply(
 
 
 def _attach(session: Session, spec: ApiSpec, generations: list[Generation], body: Any) -> None:
-    """Keep the API's reply object on each interaction (the seed's completion/response)."""
+    """Keep the reply body on each of its interactions, under the API's name (a stored
+    Responses body is read back; `rltap.areal` shows them as AReaL's completion/response)."""
     for generation in generations:
         interaction = session.cache.get(generation.interaction_id)
         if interaction is not None:
-            setattr(interaction, spec.reply_field, body)
+            interaction.reply_bodies[spec.name] = body
 
 
 async def _sse(

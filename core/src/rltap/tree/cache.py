@@ -219,13 +219,8 @@ class InteractionCache(Mapping[str, InteractionWithTokenLogpReward]):
         interaction_id: str,
         model_response: ModelResponse,
         output_messages: list[dict[str, Any]],
-        **payload: Any,
     ) -> InteractionWithTokenLogpReward:
-        """Record the engine's result; the interaction may be a parent from now on.
-
-        `payload` sets the API object of the reply: `completion`, `response` or
-        `anthropic_message`.
-        """
+        """Record the engine's result; the interaction may be a parent from now on."""
         with self._lock:
             interaction = self[interaction_id]
             if interaction.status is not InteractionStatus.IN_FLIGHT:
@@ -233,8 +228,6 @@ class InteractionCache(Mapping[str, InteractionWithTokenLogpReward]):
                 raise Conflict(msg)
             interaction.model_response = model_response
             interaction.output_message_list = output_messages
-            for key, value in payload.items():
-                setattr(interaction, key, value)
             interaction.status = InteractionStatus.COMPLETE
             self._index(interaction)
             self._journal_recorded(interaction)

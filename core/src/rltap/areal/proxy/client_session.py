@@ -11,7 +11,8 @@ Usage (as in AReaL):
 
 It is `rltap.OpenAIProxyClient` with AReaL's constructor and defaults: entering starts a session
 (without granting capacity, which AReaL's workflow does first), `base_url` is the proxy's
-address ending in "/", and `export_interactions` discounts in insertion order (AReaL's numbers).
+address ending in "/", and `export_interactions` discounts in insertion order (AReaL's numbers)
+and hands out `rltap.areal.InteractionWithTokenLogpReward`s.
 Errors are rltap's (`rltap.record.errors`; a 400 is also a ValueError), not aiohttp's.
 """
 
@@ -21,9 +22,9 @@ from typing import Any
 
 import aiohttp
 
+from rltap.areal.types import InteractionWithTokenLogpReward, as_areal
 from rltap.client import OpenAIProxyClient as RltapProxyClient
 from rltap.client import Reply
-from rltap.record.types import InteractionWithTokenLogpReward
 
 __all__ = ["OpenAIProxyClient"]
 
@@ -74,9 +75,10 @@ class OpenAIProxyClient(RltapProxyClient):
         if self.session_id is None:
             msg = "session_id must be set before exporting interactions"
             raise ValueError(msg)
-        return await super().export_interactions(
+        exported = await super().export_interactions(
             discount=discount, style=style, discount_mode="chain"
         )
+        return {interaction_id: as_areal(node) for interaction_id, node in exported.items()}
 
     def _require_session(self) -> None:
         if self.session_id is None:

@@ -39,7 +39,6 @@ SPEC = ApiSpec(
     stream_encoder=StreamEncoder,
     error_body=error_body,
     id_prefix=ID_PREFIX,
-    reply_field="anthropic_message",
     operations=(COUNT_TOKENS,),
 )
 

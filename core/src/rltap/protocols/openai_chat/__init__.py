@@ -37,7 +37,6 @@ SPEC = ApiSpec(
     stream_encoder=StreamEncoder,
     error_body=error_body,
     id_prefix=ID_PREFIX,
-    reply_field="completion",
 )
 
 

@@ -45,7 +45,6 @@ SPEC = ApiSpec(
     stream_encoder=StreamEncoder,
     error_body=error_body,
     id_prefix=ID_PREFIX,
-    reply_field="response",
     operations=OPERATIONS,
     session_state=ConversationStore,
     in_session=with_conversation,

@@ -13,7 +13,7 @@ from typing import Any
 
 from rltap.protocols.openai_responses.conversations import input_item_models, stored_items
 from rltap.protocols.openai_responses.input_items import input_messages
-from rltap.protocols.openai_responses.operations import conversation_store
+from rltap.protocols.openai_responses.operations import API, conversation_store
 from rltap.protocols.openai_responses.request import ResponsesRequest, to_canonical
 from rltap.protocols.openai_responses.response import output_items
 from rltap.protocols.operation import OnDone, SessionPort
@@ -85,7 +85,7 @@ def _adder(
         # A stream's final body is kept by now (its items, in streamed order); a JSON body is
         # built from the same `output_items` after this runs.
         interaction = session.cache.get(generation.interaction_id)
-        kept = None if interaction is None else interaction.response
+        kept = None if interaction is None else interaction.reply_bodies.get(API)
         outputs = kept["output"] if kept else output_items(canonical, generation)
         try:
             conversation_store(session).add(conversation_id, [*new_items, *outputs])

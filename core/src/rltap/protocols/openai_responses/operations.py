@@ -61,7 +61,7 @@ async def _retrieve_response(call: OperationCall) -> dict[str, Any]:
     interaction = call.session.cache.get(response_id)
     body: dict[str, Any] | None = None
     if interaction is not None and interaction.is_complete:
-        body = interaction.response
+        body = interaction.reply_bodies.get(API)
     if body is None:
         msg = f"Response with id '{response_id}' not found."
         raise NotFound(msg, param="response_id")
