@@ -123,14 +123,32 @@ def test_inspect_prints_sessions_by_state(
     assert int(cells["all"][3]) == 1  # the refused one
 
 
-def test_export_of_a_folder_without_a_store_names_it(tmp_path: Path) -> None:
-    with pytest.raises(SystemExit, match="holds no capture store"):
-        main(["export", str(tmp_path), "--out", str(tmp_path / "x.parquet")])
+def refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """What `rltap ARGV` said on stderr, refused with exit status 2 as a usage error is."""
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    return capsys.readouterr().err
+
+
+def test_export_of_a_folder_without_a_store_names_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    said = refused(["export", str(tmp_path), "--out", str(tmp_path / "x.parquet")], capsys)
+    assert said.startswith(f"rltap export: {tmp_path}")
+    assert "holds no capture store" in said
+
+
+def test_export_refuses_a_discount_out_of_range(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["export", str(tmp_path), "--out", str(tmp_path / "x.parquet"), "--discount", "1.5"]
+    assert refused(argv, capsys) == "rltap export: --discount must be in [0, 1], got 1.5\n"
 
 
 @pytest.mark.parametrize("command", ["inspect", "export"])
 def test_a_file_that_is_no_capture_store_is_named_and_left_as_it_was(
-    tmp_path: Path, command: str
+    tmp_path: Path, command: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import sqlite3
 
@@ -142,6 +160,7 @@ def test_a_file_that_is_no_capture_store_is_named_and_left_as_it_was(
     out = ["--out", str(tmp_path / "x.jsonl")] if command == "export" else []
     for path in (other, text):
         before = path.read_bytes()
-        with pytest.raises(SystemExit, match="is not an rltap capture store"):
-            main([command, str(path), *out])
+        said = refused([command, str(path), *out], capsys)
+        assert said.startswith(f"rltap {command}: {path}")
+        assert "is not an rltap capture store" in said
         assert path.read_bytes() == before

@@ -5,6 +5,10 @@ other installed packages add by a `rltap.commands` entry point (this repository'
 Each top-level subcommand is one `_add_<name>_command(subparsers)` function that registers its
 parser and sets `handler` to a function `(args) -> int`; `COMMANDS` lists them in help order.
 Heavy imports happen inside handlers so `rltap --help` stays fast.
+
+The library raises, it never exits: `main` is the one place an error becomes the process's exit
+status. A refused setting (`ConfigError`) or any other `RltapError` a command raises ends it
+with status 2, argparse's for a usage error, and `rltap <command>: <message>` on stderr.
 """
 
 from __future__ import annotations
@@ -27,13 +31,17 @@ from rltap.config import (
     add_arguments,
     parse,
 )
+from rltap.record.errors import RltapError
 from rltap.rollout.evaluate import eval_command
 from rltap.rollout.ray.runs import ray_rollout
 from rltap.rollout.runner import rollout_command
 from rltap.store.commands import add_export_command, add_inspect_command
 from rltap.view.commands import add_view_command
 
-__all__ = ["COMMANDS", "build_parser", "main"]
+__all__ = ["COMMANDS", "EXIT_ERROR", "build_parser", "main"]
+
+# The exit status of a command that raised rltap's error: argparse's for a refused flag.
+EXIT_ERROR = 2
 
 T = TypeVar("T")
 
@@ -220,7 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status (also used as the console script)."""
+    """Run the command line; returns the exit status (also used as the console script). An
+    error ends it as argparse's do: the message on stderr, `SystemExit(EXIT_ERROR)`."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     args.argv = argv  # `rltap train` parses its own again, its --config file's keys as defaults
@@ -228,5 +237,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         return handler(args)
-    except ConfigError as exc:  # a refused value, named by its flag
-        raise SystemExit(f"rltap {args.command}: {exc}") from None
+    except (ConfigError, RltapError) as exc:  # a refused setting, or what rltap says failed
+        print(f"rltap {args.command}: {exc}", file=sys.stderr)
+        raise SystemExit(EXIT_ERROR) from None

@@ -1,5 +1,6 @@
 """The store's subcommands: `rltap export SOURCE` and `rltap inspect SOURCE` (registered by
-`rltap.cli.commands`; `rltap view` is `rltap.view.commands`)."""
+`rltap.cli.commands`; `rltap view` is `rltap.view.commands`). A SOURCE that holds no capture
+store, or a flag out of range, is a `ConfigError`, which `rltap.cli` reports."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any, get_args
 
 from rich.console import Console
 
+from rltap.config.flags import ConfigError
 from rltap.store.files import FILE_FORMATS, export_store
 from rltap.store.read import StoreReader
 from rltap.store.summary import summary_table
@@ -38,14 +40,15 @@ def add_export_command(subparsers: Any) -> None:
 
 def _export(args: argparse.Namespace) -> int:
     if not 0.0 <= args.discount <= 1.0:
-        raise SystemExit(f"--discount must be in [0, 1], got {args.discount}")
+        msg = f"--discount must be in [0, 1], got {args.discount}"
+        raise ConfigError(msg)
     started = time.perf_counter()
     try:
         written = export_store(
             args.source, args.out, args.file_format, args.style, args.discount, args.pad_token_id
         )
     except (FileNotFoundError, ValueError) as exc:  # no store there, or not one
-        raise SystemExit(str(exc)) from None
+        raise ConfigError(str(exc)) from exc
     elapsed = time.perf_counter() - started
     print(
         f"wrote {written.rows:,} rows of {written.sessions:,} sessions to {written.path} "
@@ -71,7 +74,7 @@ def _inspect(args: argparse.Namespace) -> int:
     try:
         reader = StoreReader(args.source)
     except (FileNotFoundError, ValueError) as exc:  # no store there, or not one
-        raise SystemExit(str(exc)) from None
+        raise ConfigError(str(exc)) from exc
     with reader:
         Console().print(summary_table(f"rltap inspect: {reader.path}", reader.summaries()))
     return 0

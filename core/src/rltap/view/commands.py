@@ -1,10 +1,13 @@
-"""`rltap view SOURCE`: the trajectory viewer on a local port (a command of `rltap.cli`)."""
+"""`rltap view SOURCE`: the trajectory viewer on a local port (a command of `rltap.cli`). A SOURCE
+that holds no capture store is a `ConfigError`, which `rltap.cli` reports."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 from typing import Any
+
+from rltap.config.flags import ConfigError
 
 __all__ = ["add_view_command"]
 
@@ -40,7 +43,7 @@ def _view(args: argparse.Namespace) -> int:
     try:
         app = create_view_app(args.source, args.tokenizer)
     except (FileNotFoundError, ValueError) as exc:  # no store there, or not one
-        raise SystemExit(str(exc)) from None
+        raise ConfigError(str(exc)) from exc
     print(f"rltap viewer on http://{args.host}:{args.port} ({args.source})", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
