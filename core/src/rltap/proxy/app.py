@@ -89,6 +89,13 @@ def create_app(
 
     app = FastAPI(title="rltap proxy", version="0.1.0", lifespan=lifespan)
     app.state.rltap = state
+    _mount_routes(app, state)
+    return app
+
+
+def _mount_routes(app: FastAPI, state: ProxyState) -> None:
+    """Every route, behind the body limit and the metrics, with the errors mapped in one place
+    and one OpenAPI document for all."""
     for path, endpoint in generation.ENDPOINTS:
         app.add_route(path, endpoint, methods=["POST"], include_in_schema=False)
     for path, endpoint, method in operations.ENDPOINTS:
@@ -101,7 +108,7 @@ def create_app(
         *(route for router in control.ROUTERS for route in router.routes),
     ]
     routes = [route.path for route in documented if isinstance(route, APIRoute)]
-    app.add_middleware(BodyLimitMiddleware, max_body_bytes=config.limits.max_body_bytes)
+    app.add_middleware(BodyLimitMiddleware, max_body_bytes=state.config.limits.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=state.metrics, routes=routes)
     install_error_handlers(app)
 
@@ -114,7 +121,6 @@ def create_app(
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
-    return app
 
 
 def _with_context(config: ServeConfig) -> ServeConfig:
