@@ -161,11 +161,16 @@ def _link(cls: type[Any], title: str | None) -> str:
 
 
 def _doc(cls: type[Any]) -> str:
-    """The class's docstring, each paragraph on one line."""
+    """The class's docstring, each paragraph on one line, an indented (example) line as code."""
     doc = inspect.getdoc(cls) or ""
     if doc.startswith(f"{cls.__name__}("):  # the docstring dataclasses makes up
         return ""
-    return "\n\n".join(" ".join(p.split()) for p in doc.split("\n\n"))
+    paragraphs = []
+    for paragraph in doc.split("\n\n"):
+        lines = paragraph.splitlines()
+        shown = [f"`{ln.strip()}`" if ln[:1].isspace() else " ".join(ln.split()) for ln in lines]
+        paragraphs.append(" ".join(shown))
+    return "\n\n".join(paragraphs)
 
 
 def _table(rows: list[Setting]) -> list[str]:
