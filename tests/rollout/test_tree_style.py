@@ -124,7 +124,7 @@ async def test_a_resumed_rollout_reads_back_the_packs_of_the_rows_it_finished(
         settings=WorkflowSettings(style="tree"),
     )
     assert isinstance(workflow, OpenAIProxyWorkflow)
-    rows = [{"question": "a", "reward": 0.5}, {"question": "b", "reward": 1.0}]
+    rows = [{"question": "a", "reward": 0.1}, {"question": "b", "reward": 0.3}]
     console = Console(file=io.StringIO())
     try:
         first = await run_rollout(workflow, rows[:1], tmp_path, group_size=2, console=console)
@@ -135,8 +135,9 @@ async def test_a_resumed_rollout_reads_back_the_packs_of_the_rows_it_finished(
     assert resumed.summary.rows_skipped == 1
     assert resumed.summary.episodes_ok == 4
     assert len(resumed.packs) == 2
-    # Row 0's pack, rebuilt from its lines, is the one the first run had from the proxy.
-    assert pack_contents(resumed.packs[0]) == pack_contents(first.packs[0])
+    # Row 0's pack, rebuilt from its lines, is the one the first run had from the proxy (but
+    # for its leaves' rewards, which the lines hold as float32); row 1's is the proxy's.
+    assert pack_contents(resumed.packs[0]) == pack_contents(first.packs[0], float32_rewards=True)
     assert resumed.lines[: len(first.lines)] == first.lines
     assert [pack_contents(p) for p in load_packs(tmp_path / BATCH)] == [
         pack_contents(p) for p in resumed.packs

@@ -244,12 +244,12 @@ def test_actors_hand_each_episodes_pack_back_to_the_driver(
     for pack in batch.packs:
         assert len(pack.interaction_ids) == 4
         assert len(pack.leaves) == 2
-    # ... and they agree with the lines, from which a resumed run would rebuild them, and
-    # with the file the driver wrote.
+    # ... and they agree with the lines, from which a resumed run would rebuild them (the
+    # lines hold rewards as float32), and with the file the driver wrote.
     assert batch.lines == _jsonl(out / "trajectories.jsonl")
     rebuilt = packs_from_lines(batch.lines)
     assert [pack_contents(rebuilt[row]) for row in range(3)] == [
-        pack_contents(p) for p in batch.packs
+        pack_contents(p, float32_rewards=True) for p in batch.packs
     ]
     assert [pack_contents(p) for p in load_packs(out / "batch.safetensors")] == [
         pack_contents(p) for p in batch.packs
