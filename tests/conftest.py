@@ -21,6 +21,18 @@ from rltap.testing.models import cached_qwen_tokenizer_dir, cached_tiny_model_di
 # Two shared cores: one torch thread is faster than two, and leaves a core to the others.
 torch.set_num_threads(1)
 
+# Fixtures that start real servers for many seconds: a test using one is `slow`, so `make check`
+# leaves it to `make test`. The recording starts two `rltap serve` processes (30 s or more a
+# pytest worker); the Ray tests' cluster starts in seconds and each test's actors load models.
+SLOW_FIXTURES = {"recorded", "ray_address"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m "not slow"` deselects
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
 
 @pytest.fixture(scope="session")
 def qwen_tokenizer_dir() -> Path:

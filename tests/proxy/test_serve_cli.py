@@ -47,6 +47,7 @@ def test_a_weak_admin_key_is_refused_beyond_loopback(tiny_model_dir: Path, key: 
     assert "refusing to listen on 0.0.0.0" in result.stderr
 
 
+@pytest.mark.slow
 def test_serve_prints_a_generated_key_and_answers(tiny_model_dir: Path) -> None:
     port = _free_port()
     command = [

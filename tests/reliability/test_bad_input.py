@@ -151,6 +151,7 @@ def schema(threaded_proxy: ThreadedProxy) -> Any:
     ("method", "path", "mode"),
     [pytest.param(*case, id=f"{case[0]} {case[1]} {case[2].value}") for case in FUZZ_CASES],
 )
+@pytest.mark.slow
 def test_schemathesis_finds_no_5xx(
     threaded_proxy: ThreadedProxy, schema: Any, method: str, path: str, mode: Any
 ) -> None:

@@ -17,12 +17,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from reliability_support import ROOT, SOAK_SCRIPT
 
 SESSIONS = 500
 TURNS = 4
 
 
+@pytest.mark.slow
 def test_500_concurrent_sessions_lose_nothing_and_leak_nothing(tmp_path: Path) -> None:
     report_file = tmp_path / "load.json"
     command = [

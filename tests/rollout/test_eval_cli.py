@@ -55,6 +55,7 @@ def test_scores_count_an_episode_by_its_return_and_a_failed_one_as_zero() -> Non
     assert result.pass_at_k == pytest.approx({"1": (2 / 3) / 2, "2": (1 - 0 / 3) / 2, "3": 1.0 / 2})
 
 
+@pytest.mark.slow
 async def test_eval_prints_the_mean_reward_and_pass_at_k_and_writes_eval_json(
     proxy: RunningProxy, agent_spec: Callable[[str], str], tmp_path: Path
 ) -> None:

@@ -103,6 +103,7 @@ def _assert_lines_are_the_rows(lines: list[dict[str, Any]]) -> None:
     assert len({line["interaction_id"] for line in lines}) == len(lines)
 
 
+@pytest.mark.slow
 async def test_rollout_writes_training_data_and_resumes_after_an_interruption(
     proxy: RunningProxy,
     tiny_model_dir: Path,
@@ -198,6 +199,7 @@ def test_rollout_refuses_nothing_to_run_at_once(
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 async def test_rollout_exports_the_agents_and_link_factors_asked_for(
     proxy: RunningProxy, agent_spec: Callable[[str], str], tmp_path: Path
 ) -> None:
@@ -233,6 +235,7 @@ def test_rollout_refuses_a_link_factor_without_its_kind(tmp_path: Path) -> None:
     assert exited.value.code == 2
 
 
+@pytest.mark.slow
 async def test_rollouts_with_the_same_seed_sample_the_same_tokens(
     tiny_model_dir: Path, agent_spec: Callable[[str], str], tmp_path: Path
 ) -> None:
