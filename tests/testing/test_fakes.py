@@ -34,6 +34,12 @@ def test_the_package_exports_each_fake() -> None:
     ]
 
 
+def test_the_instant_engine_needs_no_http_server_stack() -> None:
+    probe = "import sys, rltap.testing.fakes as f; f.InstantEngine; print('aiohttp' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
+
+
 async def test_the_instant_engine_replies_its_tokens_then_the_end_of_turn() -> None:
     engine = InstantEngine([11, 12], end_id=99)
     engine.set_version(3)
@@ -70,8 +76,9 @@ def fake_vllm_process() -> Iterator[str]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    command = [sys.executable, "-m", "rltap.testing.fakes.vllm", "--port", str(port)]
-    process = subprocess.Popen(command)
+    # runpy warns when the package has loaded the module it is asked to run: an error here.
+    command = [sys.executable, "-W", "error::RuntimeWarning", "-m", "rltap.testing.fakes.vllm"]
+    process = subprocess.Popen([*command, "--port", str(port)])
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30
