@@ -8,6 +8,7 @@
                batch.safetensors, the ledger
     serving    the engine and an in-process proxy a rollout runs on
     evaluate   `rltap eval` and the held-out evaluation between training steps
+    loading    what a user names as an agent (`pkg.module:Name`, `file.py:Name`), loaded
     subproc    agents in a subprocess pool
     progress   the live display of long commands
     ray/       rollout actors on a Ray cluster (`--ray`)
