@@ -46,7 +46,7 @@ NOT_COPIES = {
     ("engines/transformers.py", "TransformersEngine", "max_prefill_tokens"): "one constant",
     ("proxy/server.py", "ProxyServer", "host"): "an in-process server (tests, rollouts): loopback",
     ("proxy/control.py", "ExportRequest", "style"): "the HTTP body's default (a wire model)",
-    ("rollout/workflow.py", "WorkflowSettings", "style"): "AReaL's workflow exports individual",
+    ("rollout/workflow.py", "WorkflowSettings", "style"): "the export body's own default",
 }
 
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import socket
+from typing import Self
 
 from aiohttp import web
 
-__all__ = ["serve_on_free_port"]
+__all__ = ["ServedApp", "serve_on_free_port"]
 
 
 async def serve_on_free_port(app: web.Application) -> tuple[web.AppRunner, str]:
@@ -17,3 +18,30 @@ async def serve_on_free_port(app: web.Application) -> tuple[web.AppRunner, str]:
     sock.bind(("127.0.0.1", 0))
     await web.SockSite(runner, sock).start()
     return runner, f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+class ServedApp:
+    """An HTTP fake's life: `start()` serves its `app()` on a free port and sets `url` (its
+    root), `stop()` ends it; or `async with Fake() as server: server.url`."""
+
+    url: str = ""
+    _runner: web.AppRunner | None = None
+
+    def app(self) -> web.Application:
+        raise NotImplementedError
+
+    async def start(self) -> str:
+        self._runner, self.url = await serve_on_free_port(self.app())
+        return self.url
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()

@@ -30,13 +30,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any
 
 import orjson
 from aiohttp import web
 
-from rltap.testing.fakes._serving import serve_on_free_port
+from rltap.testing.fakes._serving import ServedApp
 
 __all__ = ["FakeSGLang", "expected_output"]
 
@@ -78,7 +77,7 @@ class _Generation:
 
 
 @dataclass
-class FakeSGLang:
+class FakeSGLang(ServedApp):
     """The fake server. `await start()` binds a free port; `url` is its root.
 
     `incremental` switches streams to deltas; `token_delay` slows every token (seconds);
@@ -92,30 +91,13 @@ class FakeSGLang:
     aborted: list[str] = field(default_factory=list)
     _running: dict[str, _Generation] = field(default_factory=dict)
     _abort_requested: set[str] = field(default_factory=set)
-    _runner: web.AppRunner | None = None
-    url: str = ""
 
-    async def start(self) -> str:
+    def app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/generate", self._generate)
         app.router.add_post("/abort_request", self._abort_request)
         app.router.add_get("/health", self._health)
-        self._runner, self.url = await serve_on_free_port(app)
-        return self.url
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def __aenter__(self) -> FakeSGLang:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.stop()
+        return app
 
     async def _health(self, request: web.Request) -> web.Response:
         return web.Response(text="")

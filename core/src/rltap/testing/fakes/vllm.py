@@ -35,12 +35,11 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from types import TracebackType
 
 import orjson
 from aiohttp import web
 
-from rltap.testing.fakes._serving import serve_on_free_port
+from rltap.testing.fakes._serving import ServedApp
 
 __all__ = ["REPLY_IDS", "FakeVLLM", "main", "make_app"]
 
@@ -194,7 +193,7 @@ def make_app(record: Path | None = None, max_lora_rank: int | None = None) -> we
     return app
 
 
-class FakeVLLM:
+class FakeVLLM(ServedApp):
     """The fake served in this process on a free 127.0.0.1 port; `url` is its root once started.
 
     Usage:
@@ -205,26 +204,9 @@ class FakeVLLM:
     def __init__(self, *, record: Path | None = None, max_lora_rank: int | None = None) -> None:
         self.record = record
         self.max_lora_rank = max_lora_rank
-        self.url = ""
-        self._runner: web.AppRunner | None = None
 
-    async def start(self) -> str:
-        self._runner, self.url = await serve_on_free_port(make_app(self.record, self.max_lora_rank))
-        return self.url
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def __aenter__(self) -> FakeVLLM:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.stop()
+    def app(self) -> web.Application:
+        return make_app(self.record, self.max_lora_rank)
 
 
 def main(argv: list[str] | None = None) -> None:
