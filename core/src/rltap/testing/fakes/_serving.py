@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 import socket
 from typing import Self
 
@@ -20,15 +21,16 @@ async def serve_on_free_port(app: web.Application) -> tuple[web.AppRunner, str]:
     return runner, f"http://127.0.0.1:{sock.getsockname()[1]}"
 
 
-class ServedApp:
+class ServedApp(abc.ABC):
     """An HTTP fake's life: `start()` serves its `app()` on a free port and sets `url` (its
     root), `stop()` ends it; or `async with Fake() as server: server.url`."""
 
     url: str = ""
     _runner: web.AppRunner | None = None
 
+    @abc.abstractmethod
     def app(self) -> web.Application:
-        raise NotImplementedError
+        """The aiohttp app this fake serves."""
 
     async def start(self) -> str:
         self._runner, self.url = await serve_on_free_port(self.app())
