@@ -7,16 +7,24 @@ optimizer, the objective, the minibatches; `LoopConfig`: --max-staleness).
 1. advantages into each pack (`rltap.train.advantages`; per group for grpo, over the step for
    ppo);
 2. the packs are dealt round-robin into `--minibatches` groups, one optimizer step each (PPO's
-   several updates on one batch); each group is cut into token-budget micro-batches
-   (`rltap.train.batches.micro_batches`, first-fit decreasing, large trees split at branch
-   points);
+   several updates on one batch); each group's packs are cut at branch points where they
+   exceed the micro-batch budget (`rltap.train.batches.split_pack`), the pieces dealt to the
+   trainer ranks by token count (`rltap.train.distributed.Ranks.deal`; all of them at world
+   size 1), and each rank's share packed into token-budget micro-batches
+   (`rltap.train.batches.micro_batches`, first-fit decreasing); every rank runs as many
+   micro-batches as the rank with the most (filler ones add nothing: FSDP2's gathers are
+   collectives);
 3. with more than one minibatch, the proximal logprobs (the weights at the start of the step)
    are computed for every micro-batch first, without gradients; with one, the policy being
    trained is the proximal one (`rltap.train.loss`);
 4. per micro-batch: one packed forward (`packed_token_stats`: logprob and entropy at the
    trainable tokens only), `policy_loss`, backward of its sum divided by the group's token
-   count (gradient accumulation: the same gradient as one forward over the whole group);
-   then gradient clipping and the AdamW step.
+   count over all ranks (gradient accumulation: the same gradient as one forward over the
+   whole group in one process; FSDP2 sums the ranks' gradients); then gradient clipping and
+   the AdamW step. The metrics are summed over the ranks.
+
+At world size > 1 (a process group, `rltap.train.distributed`) the model is sharded with FSDP2
+when the trainer is built; a KL reference model stays whole on each rank.
 
 The trainer only trains; pushing the weights to the engine and bumping the version is the
 loop's (`rltap.train.loop`).
@@ -39,7 +47,8 @@ from rltap.config.train import LoopConfig, UpdateConfig
 from rltap.engines.lora import is_peft_model
 from rltap.record.pack import TreePack
 from rltap.train.advantages import assign_advantages, trainable_tokens
-from rltap.train.batches import micro_batches
+from rltap.train.batches import micro_batches, split_pack
+from rltap.train.distributed import Ranks, shard_model
 from rltap.train.forward import Attention, packed_token_stats
 from rltap.train.lora import trainable
 from rltap.train.loss import LossSums, policy_loss
@@ -49,7 +58,8 @@ __all__ = ["PolicyTrainer"]
 
 @dataclass(slots=True)
 class _Work:
-    """A micro-batch and its trainable tokens, with their fixed per-token inputs."""
+    """A micro-batch and its trainable tokens, with their fixed per-token inputs; a `filler`
+    one only keeps this rank's forwards in step with the other ranks' (its loss counts 0)."""
 
     pack: TreePack
     tokens: np.ndarray
@@ -57,6 +67,7 @@ class _Work:
     advantages: torch.Tensor
     proximal: torch.Tensor | None = None
     reference: torch.Tensor | None = None
+    filler: bool = False
 
 
 class PolicyTrainer:
@@ -66,7 +77,9 @@ class PolicyTrainer:
     `update` and `loop` are `rltap train`'s sections (their defaults when None). `reference`
     (a frozen copy of the initial model) is needed for a KL penalty (`update.kl_coef > 0`),
     except for a LoRA model: its base model is the reference. `attention` is the packed
-    forward's kernel (`rltap.train.forward`).
+    forward's kernel (`rltap.train.forward`). `ranks` (default: the process group's, if any)
+    are the trainer ranks the steps are shared by: every rank builds its trainer on the same
+    model and steps on the same packs; with more than one, the model is sharded (FSDP2).
 
     Usage:
         trainer = PolicyTrainer(model, UpdateConfig(lr=1e-3, algo="ppo"))
@@ -81,6 +94,7 @@ class PolicyTrainer:
         *,
         reference: Any | None = None,
         attention: Attention = "sdpa",
+        ranks: Ranks | None = None,
     ) -> None:
         self.update = update = update or UpdateConfig()
         self.max_staleness = (loop or LoopConfig()).max_staleness
@@ -88,7 +102,8 @@ class PolicyTrainer:
         if update.kl_coef > 0 and reference is None and not self.lora:
             msg = "a KL penalty (kl_coef > 0) needs the reference model"
             raise ValueError(msg)
-        self.model = model
+        self.ranks = ranks or Ranks.current()
+        self.model: Any = shard_model(model, self.ranks)
         self.reference = reference
         self.attention: Attention = attention
         self.parameters = trainable(model)
@@ -97,50 +112,56 @@ class PolicyTrainer:
         )
 
     def step(self, packs: Sequence[TreePack], version: int) -> dict[str, float]:
-        """Train on `packs` as the policy of `version`; returns the step's metrics."""
+        """Train on `packs` as the policy of `version`; returns the step's metrics (over all
+        ranks: every rank passes the same packs and gets the same metrics)."""
         update = self.update
         assign_advantages(packs, update.normalisation)
         n = update.updates_per_step
         groups = [list(packs[i::n]) for i in range(min(n, len(packs)))]
         plans = [self._plan(group, version) for group in groups]
-        stale = sum(left_out for _, left_out in plans)
+        counts = self.ranks.all_max([len(work) for work, _ in plans])
+        for (work, _), group, count in zip(plans, groups, counts, strict=True):
+            work.extend(_filler(group, version) for _ in range(count - len(work)))
+        totals = self.ranks.all_sum(
+            [sum(len(w.tokens) for w in work if not w.filler) for work, _ in plans]
+        )
+        if self.reference is not None or (self.lora and update.kl_coef > 0):
+            for work, _ in plans:
+                for w in work:
+                    w.reference = self._reference_logprobs(w)
         if n > 1:
             self._fill_proximal([w for work, _ in plans for w in work])
-        totals = LossSums(torch.zeros(()), 0, 0.0, 0.0, 0.0)
+        sums = LossSums(torch.zeros(()), 0, 0.0, 0.0, 0.0)
         norms = []
         self.model.train()
-        for work, _ in plans:
-            tokens = sum(len(w.tokens) for w in work)
+        for (work, _), tokens in zip(plans, totals, strict=True):
             if tokens == 0:
                 continue
             self.optimizer.zero_grad(set_to_none=True)
             for w in work:
-                sums = self._loss(w)
-                torch.autograd.backward(sums.loss / tokens)
-                _accumulate(totals, sums)
+                loss = self._loss(w)
+                if w.filler:  # the collectives of a forward and a backward, no gradient
+                    torch.autograd.backward(loss.loss * 0.0)
+                    continue
+                torch.autograd.backward(loss.loss / tokens)
+                _accumulate(sums, loss)
             norm = torch.nn.utils.clip_grad_norm_(self.parameters, update.max_grad_norm)
-            norms.append(float(norm))
+            norms.append(_value(norm))
             self.optimizer.step()
         self.model.eval()
-        return _metrics(totals, stale, norms)
+        stale = sum(left_out for _, left_out in plans)
+        return _metrics(sums, stale, norms, self.ranks)
 
     def _plan(self, packs: list[TreePack], version: int) -> tuple[list[_Work], int]:
+        """This rank's micro-batches of a group, and the stale tokens they leave out."""
+        budget = self.update.micro_batch_tokens
+        pieces = [piece for pack in packs for piece in split_pack(pack, budget)]
         work, stale = [], 0
-        for pack in micro_batches(packs, self.update.micro_batch_tokens):
+        for pack in micro_batches(self.ranks.deal(pieces), budget):
             tokens, left_out = trainable_tokens(pack, version, self.max_staleness)
             stale += left_out
             if len(tokens):
-                work.append(
-                    _Work(
-                        pack,
-                        tokens,
-                        torch.as_tensor(pack.logprobs[tokens], dtype=torch.float32),
-                        torch.as_tensor(pack.advantages[tokens], dtype=torch.float32),
-                    )
-                )
-        if self.reference is not None or (self.lora and self.update.kl_coef > 0):
-            for w in work:
-                w.reference = self._reference_logprobs(w)
+                work.append(_work(pack, tokens))
         return work, stale
 
     def _reference_logprobs(self, w: _Work) -> torch.Tensor:
@@ -179,6 +200,33 @@ class PolicyTrainer:
         )
 
 
+def _work(pack: TreePack, tokens: np.ndarray, *, filler: bool = False) -> _Work:
+    return _Work(
+        pack,
+        tokens,
+        torch.as_tensor(pack.logprobs[tokens], dtype=torch.float32),
+        torch.as_tensor(pack.advantages[tokens], dtype=torch.float32),
+        filler=filler,
+    )
+
+
+def _filler(packs: list[TreePack], version: int) -> _Work:
+    """A micro-batch for a rank that has fewer than another: the group's shortest pack, its
+    first token with a parent (any rank can build it, every rank holds all packs)."""
+    for pack in sorted(packs, key=len):
+        with_parent = np.flatnonzero(pack.parent_index >= 0)
+        if len(with_parent):
+            return _work(pack, with_parent[:1], filler=True)
+    msg = f"no pack of the step (version {version}) has a token to train on"
+    raise ValueError(msg)
+
+
+def _value(norm: torch.Tensor) -> float:
+    """A gradient norm as a float (a DTensor's, under FSDP2, in full)."""
+    full = getattr(norm, "full_tensor", None)
+    return float(full() if full is not None else norm)
+
+
 def _accumulate(totals: LossSums, sums: LossSums) -> None:
     totals.loss = totals.loss + sums.loss.detach().cpu()
     totals.tokens += sums.tokens
@@ -187,14 +235,17 @@ def _accumulate(totals: LossSums, sums: LossSums) -> None:
     totals.kl += sums.kl
 
 
-def _metrics(totals: LossSums, stale: int, norms: list[float]) -> dict[str, float]:
-    n = max(1, totals.tokens)
+def _metrics(totals: LossSums, stale: int, norms: list[float], ranks: Ranks) -> dict[str, float]:
+    loss, tokens, clipped, entropy, kl, stale_tokens = ranks.all_sum(
+        [float(totals.loss), totals.tokens, totals.clipped, totals.entropy, totals.kl, stale]
+    )
+    n = max(1.0, tokens)
     return {
-        "loss": float(totals.loss) / n,
-        "tokens": float(totals.tokens),
-        "stale_tokens": float(stale),
-        "clip_fraction": totals.clipped / n,
-        "entropy": totals.entropy / n,
-        "kl": totals.kl / n,
+        "loss": loss / n,
+        "tokens": tokens,
+        "stale_tokens": stale_tokens,
+        "clip_fraction": clipped / n,
+        "entropy": entropy / n,
+        "kl": kl / n,
         "grad_norm": max(norms, default=0.0),
     }

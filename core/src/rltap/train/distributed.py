@@ -1,0 +1,214 @@
+"""The trainer's ranks on torch's own distributed engine: torch.distributed, FSDP2, its launcher.
+
+One program runs at any world size. `Ranks` is where a trainer rank stands (its rank, the world
+size) and the few collectives `PolicyTrainer.step` needs; at world size 1 without a process group
+they are the identity, so a single process runs the very same step:
+
+- `deal(pieces)`: a step's packs (already cut at branch points by `split_pack`, where
+  `micro_batches` would cut them) dealt to the ranks by token count, largest first, each to the
+  rank holding the fewest tokens; every rank computes the same deal from the same packs;
+- `all_sum` and `all_max`: the step's global trainable-token count (the loss is divided by it, so
+  the summed gradient of all ranks is the single process's), its metrics, and the number of
+  micro-batches every rank runs (FSDP2 gathers each layer's weights in every forward, a
+  collective: a rank with fewer micro-batches runs filler ones that add nothing).
+
+`shard_model` applies FSDP2 (`fully_shard`) to each decoder layer (the model's
+`_no_split_modules`), then to the root, and makes the reduce-scatter sum the gradients instead
+of averaging them (the loss is already divided by the global token count).
+
+`process_group()` joins the ranks a launcher started (torchrun's, or `launch`'s: the `RANK`,
+`WORLD_SIZE`, `MASTER_ADDR` variables), gloo on CPU and NCCL on GPUs; `launch(entrypoint, args,
+nproc)` starts `nproc` ranks on this machine with torch's elastic launcher (what `torchrun
+--standalone` runs: a c10d rendezvous on a free local port, no restart), waits for them and
+returns each rank's return value; a rank that fails fails the launch (`RankFailed`, naming it)
+and the launcher stops the others: no rank outlives it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar, cast
+
+import torch
+import torch.distributed as dist
+
+from rltap.record.errors import RltapError
+from rltap.record.pack import TreePack
+
+__all__ = [
+    "RankFailed",
+    "Ranks",
+    "decoder_layers",
+    "full_state_dict",
+    "launch",
+    "process_group",
+    "shard_model",
+]
+
+T = TypeVar("T")
+
+
+class RankFailed(RltapError):
+    """A trainer rank started by `launch` failed; the message names it and its error."""
+
+
+@dataclass(frozen=True, slots=True)
+class Ranks:
+    """This process's place among the trainer ranks: `rank` of `world` (world 1 needs no
+    process group). `current()` reads the initialized process group, if any."""
+
+    rank: int = 0
+    world: int = 1
+
+    @classmethod
+    def current(cls) -> Ranks:
+        """The default process group's rank and size, or rank 0 of 1 without one."""
+        if dist.is_available() and dist.is_initialized():
+            return cls(dist.get_rank(), dist.get_world_size())
+        return cls()
+
+    def deal(self, pieces: Sequence[TreePack]) -> list[TreePack]:
+        """This rank's share of `pieces`, by token count: largest first, each to the rank with
+        the fewest tokens so far (the lowest on a tie); in their input order within a rank."""
+        load = [0] * self.world
+        owner = [0] * len(pieces)
+        for index in sorted(range(len(pieces)), key=lambda i: -len(pieces[i])):
+            rank = min(range(self.world), key=lambda r: (load[r], r))
+            owner[index] = rank
+            load[rank] += len(pieces[index])
+        return [piece for piece, rank in zip(pieces, owner, strict=True) if rank == self.rank]
+
+    def all_sum(self, values: Sequence[float]) -> list[float]:
+        """`values` summed over the ranks, element-wise (in float64)."""
+        return self._reduce(values, dist.ReduceOp.SUM)
+
+    def all_max(self, values: Sequence[int]) -> list[int]:
+        """`values`' maximum over the ranks, element-wise."""
+        return [int(v) for v in self._reduce(values, dist.ReduceOp.MAX)]
+
+    def _reduce(self, values: Sequence[float], op: Any) -> list[float]:
+        if self.world == 1:
+            return [float(v) for v in values]
+        tensor = torch.tensor(list(values), dtype=torch.float64, device=_device())
+        dist.all_reduce(tensor, op=op)
+        return [float(v) for v in tensor.cpu()]
+
+
+def _device() -> torch.device:
+    """Where collectives' tensors live: the rank's GPU under NCCL, else the CPU."""
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The model's decoder layers: its modules of the classes transformers names in
+    `_no_split_modules` (a peft model's base model's), outermost first."""
+    peft: Any = model
+    base = peft.get_base_model() if hasattr(peft, "get_base_model") else model
+    names = set(getattr(base, "_no_split_modules", None) or ())
+    layers = [module for module in model.modules() if type(module).__name__ in names]
+    if not layers:
+        msg = f"{type(base).__name__} names no decoder layer class (_no_split_modules)"
+        raise RltapError(msg)
+    return layers
+
+
+def shard_model(model: torch.nn.Module, ranks: Ranks) -> torch.nn.Module:
+    """`model` sharded over the default process group with FSDP2: each decoder layer, then the
+    root, every gradient summed over the ranks (not averaged); `model` itself at world 1."""
+    if ranks.world == 1:
+        return model
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import FSDPModule, fully_shard
+
+    device = next(model.parameters()).device
+    mesh = init_device_mesh(device.type, (ranks.world,))
+    for layer in decoder_layers(model):
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.set_gradient_divide_factor(1.0)
+            module.set_force_sum_reduction_for_comms(True)  # a plain SUM (gloo has no PREMUL_SUM)
+    return model
+
+
+def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """`model`'s whole state dict on the CPU, gathered from the ranks onto rank 0 (a collective:
+    every rank calls it; the others get an empty dict). At world 1, `model.state_dict()`."""
+    if Ranks.current().world == 1:
+        return model.state_dict()
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    state = get_model_state_dict(model, options=options)
+    return {name: value for name, value in state.items() if isinstance(value, torch.Tensor)}
+
+
+@contextlib.contextmanager
+def process_group() -> Iterator[Ranks]:
+    """This process as a rank of the group a launcher started (env:// rendezvous; NCCL when a
+    GPU is visible, else gloo), destroyed on exit; without a launcher's `WORLD_SIZE`, rank 0 of
+    1 and no group."""
+    if int(os.environ.get("WORLD_SIZE", "1")) == 1 and not dist.is_initialized():
+        yield Ranks()
+        return
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group(backend)
+    try:
+        yield Ranks.current()
+    finally:
+        dist.destroy_process_group()
+
+
+def launch(entrypoint: Callable[..., T], args: tuple[Any, ...], nproc: int) -> list[T]:
+    """Run `entrypoint(*args)` in `nproc` new ranks on this machine (torch's elastic launcher,
+    as `torchrun --standalone --nproc-per-node nproc` would); their return values, by rank.
+    `entrypoint` must be importable by name (the ranks are spawned, not forked)."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    config = LaunchConfig(
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=nproc,
+        run_id=f"rltap-{uuid.uuid4().hex[:8]}",
+        rdzv_backend="c10d",
+        rdzv_endpoint="localhost:0",
+        max_restarts=0,
+        monitor_interval=0.1,
+        start_method="spawn",
+    )
+    try:
+        results = elastic_launch(config, _recorded)(entrypoint, *args)
+    except ChildFailedError as exc:
+        failures = "; ".join(
+            f"rank {rank}: {_failure_message(failure)}"
+            for rank, failure in sorted(exc.failures.items())
+        )
+        msg = f"trainer rank failed: {failures}"
+        raise RankFailed(msg) from exc
+    return [results[rank] for rank in range(nproc)]
+
+
+def _recorded(entrypoint: Callable[..., T], *args: Any) -> T:
+    """`entrypoint(*args)` in a launched rank, its exception recorded for the launcher (the
+    error file elastic's `ChildFailedError` reads its message and traceback from)."""
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    return cast("T", record(entrypoint)(*args))
+
+
+def _failure_message(failure: Any) -> str:
+    """A failed rank's error (`record`'s error file holds it as {"message": ...}), or its exit."""
+    message = failure.message
+    if isinstance(message, dict):
+        message = message.get("message")
+    return str(message) if message and failure.error_file else f"exit code {failure.exitcode}"

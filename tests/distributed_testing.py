@@ -1,0 +1,79 @@
+"""The program each trainer rank of tests/train/test_distributed.py runs (an importable module:
+the launcher spawns the ranks, which import their entry point by name).
+
+`train_ranks` builds the tiny model (LoRA with `lora_rank` > 0) with a fixed seed, trains it two
+steps on `fixed_packs()` and writes the whole state dict after each step from rank 0
+(`OUT/step-K.pt`); it returns the steps' metrics. One process (world size 1) runs the very same
+function, without a process group.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from transformers import AutoModelForCausalLM
+
+from rltap.config import LoraConfig, UpdateConfig
+from rltap.record.pack import TreePack, pack_interactions
+from rltap.testing.packs import recorded_call as call
+from rltap.train.distributed import full_state_dict, process_group
+from rltap.train.lora import lora_model
+from rltap.train.trainer import PolicyTrainer
+
+# Small micro-batches: packs split at branch points, several micro-batches per rank, and
+# ranks with fewer of them than another (filler micro-batches).
+MICRO_BATCH_TOKENS = 24
+
+
+def fixed_packs() -> list[TreePack]:
+    """Five trees of 10 to 40 tokens: a prompt sampled 2 to 4 times, some replies continued,
+    distinct rewards and behaviour logprobs unlike the model's."""
+    packs = []
+    for seed in range(5):
+        rng = np.random.default_rng(seed)
+        prompt = [int(t) for t in rng.integers(1, 900, 3 + seed)]
+        calls = []
+        for branch in range(2 + seed % 3):
+            first = call(prompt, [int(t) for t in rng.integers(1, 900, 2 + branch)])
+            calls.append(first)
+            if branch % 2 == 0:
+                calls.append(call([7, 8], [int(t) for t in rng.integers(1, 900, 3)], first))
+        rewards = {c.interaction_id: float(rng.normal()) for c in calls}
+        pack = pack_interactions(calls, rewards)
+        generated = pack.loss_mask == 1
+        pack.logprobs[generated] = -rng.uniform(5.0, 15.0, generated.sum())
+        packs.append(pack)
+    return packs
+
+
+def train_ranks(model_dir: str, out: str, lora_rank: int, minibatches: int) -> list[Any]:
+    """Two steps on `fixed_packs()` in this rank; rank 0 saves the weights after each."""
+    torch.set_num_threads(1)
+    with process_group() as ranks:
+        torch.manual_seed(0)
+        model: Any = AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32")
+        if lora_rank:
+            model = lora_model(model, LoraConfig(lora_rank=lora_rank), base=model_dir)
+        update = UpdateConfig(
+            lr=1e-2, algo="ppo", minibatches=minibatches, micro_batch_tokens=MICRO_BATCH_TOKENS
+        )
+        trainer = PolicyTrainer(model, update, ranks=ranks)
+        metrics = []
+        for step in range(2):
+            metrics.append(trainer.step(fixed_packs(), version=step))
+            weights = full_state_dict(trainer.model)
+            if ranks.rank == 0:
+                torch.save(weights, Path(out) / f"step-{step}.pt")
+        return metrics
+
+
+def fail_in_rank(failing: int) -> None:
+    """Raise in rank `failing` (the launcher must name it), return in the others."""
+    rank = int(os.environ["RANK"])
+    if rank == failing:
+        msg = f"rank {rank} fails"
+        raise ValueError(msg)
