@@ -28,7 +28,7 @@ from rltap.config.rollout import (
 )
 from rltap.config.serve import ServeConfig
 
-__all__ = ["LoopConfig", "LoraConfig", "TrainConfig", "UpdateConfig"]
+__all__ = ["LoopConfig", "LoraConfig", "RanksConfig", "TrainConfig", "UpdateConfig"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -168,6 +168,21 @@ class LoraConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class RanksConfig:
+    """The trainer's ranks on torch.distributed (FSDP2, `rltap.train.distributed`)."""
+
+    nproc_per_node: int = option(
+        1,
+        "trainer ranks on this machine, which rltap train launches itself (torch's elastic "
+        "launcher); under torchrun, the ranks torchrun started",
+    )
+
+    def __post_init__(self) -> None:
+        if self.nproc_per_node < 1:
+            raise ConfigError("--nproc-per-node must be at least 1")
+
+
+@dataclass(frozen=True, kw_only=True)
 class TrainConfig(AgentTask):
     """`rltap train`: AGENT's episodes on --data, --model trained on them, the run in --out."""
 
@@ -179,6 +194,7 @@ class TrainConfig(AgentTask):
     loop: LoopConfig = section(LoopConfig, "loop")
     update: UpdateConfig = section(UpdateConfig, "update")
     lora: LoraConfig = section(LoraConfig, "LoRA (peft)")
+    ranks: RanksConfig = section(RanksConfig, "trainer ranks (torch.distributed)")
     evaluation: TrainEvalConfig = section(TrainEvalConfig, "held-out evaluation")
     serve: ServeConfig = section(ServeConfig)
     ray: RayConfig = section(RayConfig, RAY_GROUP)

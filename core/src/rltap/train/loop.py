@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import statistics
 import time
 from collections.abc import AsyncIterator, Callable
@@ -48,6 +49,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from rltap.config import TrainConfig
+from rltap.record.errors import RltapError
 from rltap.record.pack import TreePack
 from rltap.record.sampling import EpisodeSampling, derive_seed
 from rltap.rollout.batch import RolloutSummary
@@ -55,6 +57,7 @@ from rltap.rollout.evaluate import score_rows
 from rltap.rollout.progress import progress_display
 from rltap.rollout.ray import ray_training
 from rltap.rollout.runner import load_rows, run_rollout
+from rltap.train.distributed import RankFailed, launch, process_group
 from rltap.train.lora import LoraMismatch, is_adapter_folder, lora_model
 from rltap.train.memory import trim_heap
 from rltap.train.run_dir import Checkpoint, RunDir
@@ -66,6 +69,7 @@ __all__ = [
     "TrainSummary",
     "TrainingFailed",
     "print_run",
+    "rank_command",
     "run_training",
     "train_command",
     "train_table",
@@ -362,16 +366,36 @@ def print_run(
 
 
 def train_command(config: TrainConfig) -> int:
-    """`rltap train`: the loop, then the table of its steps and where its files are."""
+    """`rltap train`: the loop in each trainer rank (`--nproc-per-node` of them, launched here
+    unless a launcher such as torchrun started this process), then the table of its steps and
+    where its files are."""
+    nproc = config.ranks.nproc_per_node
+    if nproc == 1 or "TORCHELASTIC_RUN_ID" in os.environ:
+        return rank_command(config)
+    try:
+        return launch(rank_command, (config,), nproc)[0]
+    except RankFailed as exc:
+        Console(stderr=True).print(f"[red]rltap train: {exc}")
+        return 1
+
+
+def rank_command(config: TrainConfig) -> int:
+    """One trainer rank of `rltap train` (the only one at world size 1)."""
     from transformers.utils import logging as transformers_logging
 
     # save_pretrained draws a "Writing model shards" bar at every checkpoint and vLLM sync push.
     transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     console = Console(stderr=True)
-    try:
-        summary = asyncio.run(run_training(config, console))
-    except TrainingFailed as exc:
-        console.print(f"[red]rltap train: {exc}")
-        return 1
+    with process_group() as ranks:
+        if ranks.world > 1:
+            # PolicyTrainer shards and steps (rltap.train.distributed); the loop does not yet
+            # hand rank 0's packs to the others, sync or checkpoint a sharded model (issue 38).
+            msg = f"rltap train on {ranks.world} ranks: the loop runs on one rank only so far"
+            raise RltapError(msg)
+        try:
+            summary = asyncio.run(run_training(config, console))
+        except TrainingFailed as exc:
+            console.print(f"[red]rltap train: {exc}")
+            return 1
     print_run(Console(), Path(summary.run_dir))
     return 0
