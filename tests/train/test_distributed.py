@@ -13,14 +13,21 @@ whose gradients are near zero; the metrics differ by at most ~1e-7 relative.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from distributed_testing import fail_in_rank, fixed_packs, train_ranks
+from safetensors.torch import load_file
 
+from rltap.cli.commands import main
 from rltap.train.distributed import RankFailed, Ranks, launch
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_toy"
 
 WEIGHTS_ATOL = 5e-5
 METRICS_RTOL = 1e-5
@@ -75,3 +82,60 @@ def test_packs_are_dealt_by_token_count() -> None:
 def test_a_failing_rank_fails_the_launch_naming_it() -> None:
     with pytest.raises(RankFailed, match="rank 1: ValueError: rank 1 fails"):
         launch(fail_in_rank, (1,), 2)
+
+
+def _descendants(pid: int) -> list[str]:
+    """The command lines of `pid`'s processes, their processes and so on (Linux's /proc)."""
+    parents: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], list(parents.get(pid, []))
+    while todo:
+        child = todo.pop()
+        todo.extend(parents.get(child, []))
+        with contextlib.suppress(OSError):
+            found.append((Path("/proc") / str(child) / "cmdline").read_text().replace("\0", " "))
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
+def test_rltap_train_runs_on_two_ranks(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`rltap train --nproc-per-node 2`: rank 0 rolls out, both ranks train, rank 0 syncs the
+    gathered weights into its engine and checkpoints them; no rank outlives the command."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    run = tmp_path / "run"
+    argv = [
+        "train", f"{EXAMPLE / 'agent.py'}:Agent", "--data", str(EXAMPLE / "data.jsonl"),
+        "--model", str(tiny_model_dir), "--out", str(run), "--engine", "transformers",
+        "--steps", "2", "--rows-per-step", "1", "--group-size", "2", "--lr", "1e-3",
+        "--nproc-per-node", "2",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    # Python's multiprocessing resource tracker (started with the first spawned rank) lives as
+    # long as this process; no rank, launcher or engine process may be left.
+    left = [c for c in _descendants(os.getpid()) if "multiprocessing.resource_tracker" not in c]
+    assert left == [], left
+    lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines] == [1, 2]
+    assert [line["version"] for line in lines] == [1.0, 2.0]
+    assert all(line["tokens"] > 0 for line in lines)
+    # step 2's episodes ran on the weights of step 1's sync, gathered from both ranks
+    batch = load_file(str(run / "rollouts" / "step-2" / "batch.safetensors"))
+    assert {int(v) for v in batch["versions"][batch["loss_mask"].bool()]} == {1}
+    from transformers import AutoModelForCausalLM
+
+    saved = AutoModelForCausalLM.from_pretrained(str(run / "step-2"))
+    initial = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir))
+    changed = [
+        name
+        for name, value in saved.state_dict().items()
+        if not torch.equal(value, initial.state_dict()[name])
+    ]
+    assert changed  # the checkpoint holds the trained weights, whole
+    optimizer = torch.load(run / "step-2" / "optimizer.pt", weights_only=True)
+    assert len(optimizer["state"]) == sum(1 for p in saved.parameters() if p.requires_grad)

@@ -29,6 +29,14 @@ rollouts of later steps (a step cut short) are dropped and run again.
 With `--lora-rank N` the trainer trains a LoRA adapter on the frozen --model
 (`rltap.train.lora`), the sync moves only the adapter into the engine (`rltap.train.sync`),
 and each checkpoint is the adapter folder (resuming loads it onto --model again).
+
+With `--nproc-per-node N` (or under torchrun) the trainer is sharded over N ranks (FSDP2,
+`rltap.train.distributed`): rank 0 runs this loop, its proxy, engine and run folder; the other
+ranks follow its trainer's collectives (`rltap.train.leader`): each step's packs reach every rank
+and every rank steps; at each sync and checkpoint the full weights are gathered onto rank 0, which
+pushes them into the engine (the embedded engine keeps a full copy of its own) and saves them.
+On more than one rank a run trains the whole model (no --lora-rank), with its own proxy and
+engine (no --ray), and starts afresh (resuming a checkpoint there is issue 38's next part).
 """
 
 from __future__ import annotations
@@ -57,7 +65,8 @@ from rltap.rollout.evaluate import score_rows
 from rltap.rollout.progress import progress_display
 from rltap.rollout.ray import ray_training
 from rltap.rollout.runner import load_rows, run_rollout
-from rltap.train.distributed import RankFailed, launch, process_group
+from rltap.train.distributed import RankFailed, Ranks, launch, process_group
+from rltap.train.leader import RankLeader, follow
 from rltap.train.lora import LoraMismatch, is_adapter_folder, lora_model
 from rltap.train.memory import trim_heap
 from rltap.train.run_dir import Checkpoint, RunDir
@@ -68,6 +77,7 @@ from rltap.train.trainer import PolicyTrainer
 __all__ = [
     "TrainSummary",
     "TrainingFailed",
+    "follow_training",
     "print_run",
     "rank_command",
     "run_training",
@@ -103,10 +113,11 @@ class _Rollout:
 class _Loop:
     """The state one `rltap train` call carries from step to step."""
 
-    def __init__(self, config: TrainConfig, run: RunDir, trainer: PolicyTrainer) -> None:
+    def __init__(self, config: TrainConfig, run: RunDir, leader: RankLeader) -> None:
         self.loop = config.loop
         self.run = run
-        self.trainer = trainer
+        self.leader = leader
+        self.trainer = leader.trainer
         self.rows = load_rows(Path(config.data))
         self.version = 0
         self.temperature = config.update.temperature
@@ -195,10 +206,10 @@ class _Loop:
     ) -> dict[str, float]:
         started = time.monotonic()
         async with self.exclusive():
-            metrics = await asyncio.to_thread(self.trainer.step, rollout.packs, self.version)
+            metrics = await asyncio.to_thread(self.leader.step, rollout.packs, self.version)
         trained = time.monotonic()
         self.version += 1
-        await sync.push(self.trainer.model, self.version)
+        await sync.push(await asyncio.to_thread(self.leader.weights), self.version)
         rewards = [leaf.reward for pack in rollout.packs for leaf in pack.leaves]
         metrics.update(
             reward_mean=statistics.fmean(rewards) if rewards else 0.0,
@@ -218,22 +229,54 @@ class _Loop:
             return
         if step % self.loop.save_every == 0 or step == self.loop.steps:
             state = {"step": step, "version": self.version, "seed": self.loop.episodes.seed}
-            model, optimizer = self.trainer.model, self.trainer.optimizer
+            model, optimizer = self.leader.weights(), self.leader.optimizer_state()
             self.run.save_checkpoint(step, model, tokenizer, optimizer, state)
 
 
-async def run_training(config: TrainConfig, console: Console) -> TrainSummary:
-    """The loop of the module docstring, from `rltap train`'s settings."""
-    from transformers import AutoTokenizer
-
-    steps = config.loop.steps
+async def run_training(
+    config: TrainConfig, console: Console, ranks: Ranks | None = None
+) -> TrainSummary:
+    """The loop of the module docstring, from `rltap train`'s settings, in rank 0 of `ranks`
+    (default: the process group's, if any; the other ranks run `follow_training`)."""
+    ranks = ranks or Ranks.current()
     if config.loop.episodes.seed is not None:
         torch.manual_seed(config.loop.episodes.seed)
     run = RunDir(Path(config.out))
     checkpoint = run.last_checkpoint()
+    if checkpoint is not None and ranks.world > 1:
+        msg = (
+            f"{run.path} has {checkpoint.path.name}/: resuming on {ranks.world} ranks is not "
+            "supported yet; resume it with --nproc-per-node 1"
+        )
+        raise RltapError(msg)
+    leader = RankLeader(_trainer(config, checkpoint, run), ranks)
+    try:
+        return await _lead(config, console, run, checkpoint, leader)
+    finally:
+        leader.stop()
+
+
+def follow_training(config: TrainConfig) -> None:
+    """A trainer rank > 0: its shard of the trainer, stepping as rank 0 tells it
+    (`rltap.train.leader`)."""
+    if config.loop.episodes.seed is not None:
+        torch.manual_seed(config.loop.episodes.seed)
+    follow(_trainer(config, None, None))
+
+
+async def _lead(
+    config: TrainConfig,
+    console: Console,
+    run: RunDir,
+    checkpoint: Checkpoint | None,
+    leader: RankLeader,
+) -> TrainSummary:
+    from transformers import AutoTokenizer
+
+    steps = config.loop.steps
     run.resume_from(checkpoint)
     first = checkpoint.step + 1 if checkpoint else 1
-    loop = _Loop(config, run, _trainer(config, checkpoint, run))
+    loop = _Loop(config, run, leader)
     loop.version = int(checkpoint.state["version"]) if checkpoint else 0
     tokenizer = AutoTokenizer.from_pretrained(config.serve.engine.tokenizer or config.model)
     summary = TrainSummary(str(run.path), first, first - 1)
@@ -270,13 +313,16 @@ async def run_training(config: TrainConfig, console: Console) -> TrainSummary:
     return summary
 
 
-def _trainer(config: TrainConfig, checkpoint: Checkpoint | None, run: RunDir) -> PolicyTrainer:
+def _trainer(
+    config: TrainConfig, checkpoint: Checkpoint | None, run: RunDir | None
+) -> PolicyTrainer:
     from transformers import AutoModelForCausalLM
 
     lora = config.lora
     if checkpoint is not None and is_adapter_folder(checkpoint.path) != lora.enabled:
         kind = "a LoRA adapter" if lora.enabled else "a whole model"
-        msg = f"{run.path} was not trained as {kind}: resume it with the --lora-rank it had"
+        resume = "resume it with the --lora-rank it had"
+        msg = f"{checkpoint.path.parent} was not trained as {kind}: {resume}"
         raise TrainingFailed(msg)
     if lora.enabled:  # the base model, with a new adapter or the checkpoint's
         base: Any = AutoModelForCausalLM.from_pretrained(config.model, dtype="float32")
@@ -293,7 +339,7 @@ def _trainer(config: TrainConfig, checkpoint: Checkpoint | None, run: RunDir) ->
         reference = AutoModelForCausalLM.from_pretrained(config.model, dtype="float32")
         reference.eval().requires_grad_(False)
     trainer = PolicyTrainer(model, config.update, config.loop, reference=reference)
-    if checkpoint is not None:
+    if checkpoint is not None and run is not None:
         run.load_optimizer(checkpoint, trainer.optimizer)
     return trainer
 
@@ -312,7 +358,7 @@ async def _serving(
         serving = _local_serving(config, loop, tokenizer)
     async with serving as (episodes, sync):
         if resumed:  # the engine starts from --model: give it the checkpoint's weights
-            await sync.push(loop.trainer.model, loop.version)
+            await sync.push(await asyncio.to_thread(loop.leader.weights), loop.version)
         yield episodes, sync
 
 
@@ -388,14 +434,29 @@ def rank_command(config: TrainConfig) -> int:
     console = Console(stderr=True)
     with process_group() as ranks:
         if ranks.world > 1:
-            # PolicyTrainer shards and steps (rltap.train.distributed); the loop does not yet
-            # hand rank 0's packs to the others, sync or checkpoint a sharded model (issue 38).
-            msg = f"rltap train on {ranks.world} ranks: the loop runs on one rank only so far"
-            raise RltapError(msg)
+            _check_sharded(config, ranks)
+        if ranks.rank > 0:
+            follow_training(config)
+            return 0
         try:
-            summary = asyncio.run(run_training(config, console))
+            summary = asyncio.run(run_training(config, console, ranks))
         except TrainingFailed as exc:
             console.print(f"[red]rltap train: {exc}")
             return 1
     print_run(Console(), Path(summary.run_dir))
     return 0
+
+
+def _check_sharded(config: TrainConfig, ranks: Ranks) -> None:
+    """What a run on more than one trainer rank cannot do yet (issue 38)."""
+    missing = [
+        flag
+        for flag, used in (
+            ("--lora-rank", config.lora.enabled),
+            ("--ray", config.ray.ray is not None),
+        )
+        if used
+    ]
+    if missing:
+        msg = f"rltap train on {ranks.world} ranks: {' and '.join(missing)} not supported yet"
+        raise RltapError(msg)

@@ -269,12 +269,13 @@ class RunDir:
         step: int,
         model: Any,
         tokenizer: Any,
-        optimizer: torch.optim.Optimizer,
+        optimizer: torch.optim.Optimizer | Mapping[str, Any],
         state: Mapping[str, Any],
     ) -> Checkpoint:
         """Write `RUN/step-N/`: the model (`save_pretrained`, safetensors; a peft model's adapter
-        and its base model's generation config), the tokenizer, the optimizer's state_dict and
-        `state` as JSON; it appears whole or not at all."""
+        and its base model's generation config), the tokenizer, the optimizer's state_dict (or
+        `optimizer` itself, a state dict already gathered) and `state` as JSON; it appears whole
+        or not at all."""
 
         # A state that is not JSON fails here, before anything is written.
         state_json = json.dumps(dict(state), indent=2)
@@ -288,7 +289,8 @@ class RunDir:
                 # peft writes the adapter only: the base model's stop tokens go along.
                 generation.save_pretrained(partial)
             tokenizer.save_pretrained(partial)
-            torch.save(optimizer.state_dict(), partial / OPTIMIZER)
+            saved = optimizer if isinstance(optimizer, Mapping) else optimizer.state_dict()
+            torch.save(saved, partial / OPTIMIZER)
             (partial / RUN_STATE).write_text(state_json, encoding="utf-8")
             _fsync_tree(partial)
         except BaseException:

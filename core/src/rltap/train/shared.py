@@ -29,6 +29,7 @@ from rltap.engines.transformers import TransformersEngine
 from rltap.rollout.serving import Serving, local_workflow
 from rltap.rollout.workflow import OpenAIProxyWorkflow
 from rltap.store.schema import STORE_FILE
+from rltap.train.distributed import Ranks
 from rltap.train.sync import WeightSync, weight_sync
 
 __all__ = [
@@ -45,9 +46,12 @@ Hold = Callable[[], contextlib.AbstractAsyncContextManager[Any]]
 
 def shares_model(config: TrainConfig, model: torch.nn.Module) -> bool:
     """Whether the run's engine generates with the trainer's `model` itself: the embedded
-    transformers engine, in this process (no --ray), on the model's device, without --async."""
+    transformers engine, in this process (no --ray), on the model's device, without --async, and
+    the model whole (one trainer rank: a sharded model holds only this rank's part)."""
     engine = config.serve.engine
     if engine.engine != "transformers" or config.ray.ray is not None:
+        return False
+    if Ranks.current().world > 1:
         return False
     if config.loop.async_rollouts:
         return False
