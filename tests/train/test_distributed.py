@@ -25,7 +25,8 @@ from distributed_testing import fail_in_rank, fixed_packs, train_ranks
 from safetensors.torch import load_file
 
 from rltap.cli.commands import main
-from rltap.train.distributed import RankFailed, Ranks, launch
+from rltap.train.distributed import Ranks
+from rltap.train.launcher import RankFailed, launch
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_toy"
 

@@ -3,8 +3,8 @@ command line's flags and `--config` files are derived from them (`rltap.config.f
 
     serve     ServeConfig (engine, chat and session defaults, limits, store), ServerConfig
     rollout   RolloutConfig: AgentTask + EpisodeConfig + export + ServeConfig + RayConfig
-    train     TrainConfig: AgentTask + LoopConfig + UpdateConfig + LoraConfig + RanksConfig
-              + ServeConfig + RayConfig
+    train     TrainConfig: AgentTask + LoopConfig + UpdateConfig + LoraConfig
+              + RanksConfig + PrecisionConfig + ServeConfig + RayConfig
     eval      EvalConfig: RolloutConfig + ScoringConfig; TrainEvalConfig (train --eval-data)
     demo      DemoConfig
 
@@ -26,7 +26,14 @@ from rltap.config.serve import (
     ServerConfig,
     StoreConfig,
 )
-from rltap.config.train import LoopConfig, LoraConfig, RanksConfig, TrainConfig, UpdateConfig
+from rltap.config.train import (
+    LoopConfig,
+    LoraConfig,
+    PrecisionConfig,
+    RanksConfig,
+    TrainConfig,
+    UpdateConfig,
+)
 
 __all__ = [
     "AgentTask",
@@ -40,6 +47,7 @@ __all__ = [
     "LoopConfig",
     "LoraConfig",
     "PassConfig",
+    "PrecisionConfig",
     "RanksConfig",
     "RayConfig",
     "RolloutConfig",

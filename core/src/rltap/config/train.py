@@ -28,7 +28,15 @@ from rltap.config.rollout import (
 )
 from rltap.config.serve import ServeConfig
 
-__all__ = ["LoopConfig", "LoraConfig", "RanksConfig", "TrainConfig", "UpdateConfig"]
+__all__ = [
+    "LoopConfig",
+    "LoraConfig",
+    "PrecisionConfig",
+    "RanksConfig",
+    "TrainConfig",
+    "TrainDtype",
+    "UpdateConfig",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -176,10 +184,46 @@ class RanksConfig:
         "trainer ranks on this machine, which rltap train launches itself (torch's elastic "
         "launcher); under torchrun, the ranks torchrun started",
     )
+    rank_timeout: float = option(
+        7200.0,
+        "seconds a trainer rank waits in a collective before the run fails (the ranks other "
+        "than 0 wait through rank 0's rollouts and evaluations: longer than the longest)",
+        metavar="SECONDS",
+    )
 
     def __post_init__(self) -> None:
         if self.nproc_per_node < 1:
             raise ConfigError("--nproc-per-node must be at least 1")
+        if self.rank_timeout <= 0:
+            raise ConfigError("--rank-timeout must be positive")
+
+
+TrainDtype = Literal["float32", "bfloat16"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrecisionConfig:
+    """The trainer's precision and memory: the dtype it computes in, recomputed activations and
+    parameters kept on the CPU."""
+
+    dtype: TrainDtype = option(
+        "float32",
+        "float32 (exact, the default) or bfloat16: bf16 parameters and compute, fp32 master "
+        "weights, AdamW state and gradient reduction (FSDP2's MixedPrecisionPolicy)",
+    )
+    gradient_checkpointing: bool = option(
+        False, "recompute each decoder layer's activations in the backward (less memory)"
+    )
+    cpu_offload: bool = option(
+        False,
+        "keep the sharded parameters, gradients and AdamW state in CPU memory "
+        "(FSDP2's CPUOffloadPolicy; needs more than one trainer rank or torchrun)",
+    )
+
+    def __post_init__(self) -> None:
+        if self.dtype not in get_args(TrainDtype):
+            msg = f"--dtype takes one of {', '.join(get_args(TrainDtype))}, got {self.dtype!r}"
+            raise ConfigError(msg)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -195,6 +239,7 @@ class TrainConfig(AgentTask):
     update: UpdateConfig = section(UpdateConfig, "update")
     lora: LoraConfig = section(LoraConfig, "LoRA (peft)")
     ranks: RanksConfig = section(RanksConfig, "trainer ranks (torch.distributed)")
+    precision: PrecisionConfig = section(PrecisionConfig, "precision and memory")
     evaluation: TrainEvalConfig = section(TrainEvalConfig, "held-out evaluation")
     serve: ServeConfig = section(ServeConfig)
     ray: RayConfig = section(RayConfig, RAY_GROUP)

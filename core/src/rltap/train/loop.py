@@ -65,7 +65,8 @@ from rltap.rollout.evaluate import score_rows
 from rltap.rollout.progress import progress_display
 from rltap.rollout.ray import ray_training
 from rltap.rollout.runner import load_rows, run_rollout
-from rltap.train.distributed import RankFailed, Ranks, launch, process_group
+from rltap.train.distributed import Ranks
+from rltap.train.launcher import RankFailed, launch, process_group
 from rltap.train.leader import RankLeader, follow
 from rltap.train.lora import LoraMismatch, is_adapter_folder, lora_model
 from rltap.train.memory import trim_heap
