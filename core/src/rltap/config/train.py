@@ -175,6 +175,10 @@ class LoraConfig:
         return "all-linear" if names == ["all-linear"] else names
 
 
+# torch.distributed's backend for the trainer ranks (`rltap.train.launcher.process_group`).
+Backend = Literal["auto", "nccl", "gloo"]
+
+
 @dataclass(frozen=True, kw_only=True)
 class RanksConfig:
     """The trainer's ranks on torch.distributed (FSDP2, `rltap.train.distributed`)."""
@@ -190,8 +194,16 @@ class RanksConfig:
         "than 0 wait through rank 0's rollouts and evaluations: longer than the longest)",
         metavar="SECONDS",
     )
+    dist_backend: Backend = option(
+        "auto",
+        "torch.distributed backend: auto (NCCL on GPUs, else gloo), nccl or gloo; NCCL without "
+        "a GPU falls back to gloo with a line that says so",
+    )
 
     def __post_init__(self) -> None:
+        if self.dist_backend not in get_args(Backend):
+            msg = f"--dist-backend takes one of {', '.join(get_args(Backend))}"
+            raise ConfigError(msg)
         if self.nproc_per_node < 1:
             raise ConfigError("--nproc-per-node must be at least 1")
         if self.rank_timeout <= 0:

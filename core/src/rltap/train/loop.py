@@ -87,6 +87,10 @@ __all__ = [
 ]
 
 
+# Where `--nproc-per-node`'s ranks keep their output, in the run folder.
+RANK_LOGS = "ranks"
+
+
 class TrainingFailed(RuntimeError):
     """A step cannot train: every episode of its rollouts failed."""
 
@@ -420,7 +424,7 @@ def train_command(config: TrainConfig) -> int:
     if nproc == 1 or "TORCHELASTIC_RUN_ID" in os.environ:
         return rank_command(config)
     try:
-        return launch(rank_command, (config,), nproc)[0]
+        return launch(rank_command, (config,), nproc, log_dir=Path(config.out) / RANK_LOGS)[0]
     except RankFailed as exc:
         Console(stderr=True).print(f"[red]rltap train: {exc}")
         return 1
@@ -433,7 +437,7 @@ def rank_command(config: TrainConfig) -> int:
     # save_pretrained draws a "Writing model shards" bar at every checkpoint and vLLM sync push.
     transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     console = Console(stderr=True)
-    with process_group() as ranks:
+    with process_group(config.ranks.dist_backend, config.ranks.rank_timeout) as ranks:
         if ranks.world > 1:
             _check_sharded(config, ranks)
         if ranks.rank > 0:
