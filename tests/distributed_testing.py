@@ -78,3 +78,22 @@ def fail_in_rank(failing: int) -> None:
     if rank == failing:
         msg = f"rank {rank} fails"
         raise ValueError(msg)
+
+
+def die_in_rank(dying: int) -> None:
+    """Rank `dying` prints a line, then kills itself with SIGKILL (no Python error, no error
+    file: what the OOM killer does); the others wait in a collective for it."""
+    import signal
+    import sys
+
+    with process_group(timeout=60) as ranks:
+        if ranks.rank == dying:
+            print(f"rank {dying} is about to die", file=sys.stderr, flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        torch.distributed.barrier()
+
+
+def backend_of(asked: str) -> str:
+    """The backend `process_group(asked)` runs."""
+    with process_group(asked):  # type: ignore[arg-type]
+        return str(torch.distributed.get_backend())
