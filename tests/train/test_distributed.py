@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import torch
-from distributed_testing import fail_in_rank, fixed_packs, train_ranks
+from distributed_testing import backend_of, die_in_rank, fail_in_rank, fixed_packs, train_ranks
 from safetensors.torch import load_file
 
 from rltap.cli.commands import main
@@ -83,6 +83,24 @@ def test_packs_are_dealt_by_token_count() -> None:
 def test_a_failing_rank_fails_the_launch_naming_it() -> None:
     with pytest.raises(RankFailed, match="rank 1: ValueError: rank 1 fails"):
         launch(fail_in_rank, (1,), 2)
+
+
+def test_a_killed_rank_fails_the_launch_with_its_last_lines(tmp_path: Path) -> None:
+    """A rank killed by SIGKILL leaves no error file: the launch names the rank and the signal,
+    quotes what it wrote last, and stops the rank waiting for it in a collective."""
+    with pytest.raises(RankFailed) as failed:
+        launch(die_in_rank, (1,), 2, log_dir=tmp_path)
+    message = str(failed.value)
+    assert "rank 1: Signal 9 (SIGKILL)" in message
+    assert "rank 1 is about to die" in message
+    assert list(tmp_path.glob("*/attempt_0/1/stderr.log"))  # the ranks' logs are kept
+
+
+def test_nccl_without_a_gpu_falls_back_to_gloo(capfd: pytest.CaptureFixture[str]) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: NCCL runs")  # the fallback is for CPU machines
+    assert launch(backend_of, ("nccl",), 2) == ["gloo", "gloo"]
+    assert "NCCL needs a GPU" in capfd.readouterr().err
 
 
 def _descendants(pid: int) -> list[str]:

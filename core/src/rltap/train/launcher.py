@@ -21,7 +21,6 @@ import contextlib
 import datetime
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import uuid
@@ -141,23 +140,12 @@ def _recorded(entrypoint: Callable[..., T], *args: Any) -> T:
 
 
 def _failure_message(failure: Any) -> str:
-    """A failed rank's error (`record`'s error file holds it as {"message": ...}), or how it
-    ended: its exit code, or the signal that killed it."""
+    """A failed rank's error (`record`'s error file holds it as {"message": ...}), or the
+    launcher's word on how it ended (the signal that killed it), or its exit code."""
     message = failure.message
     if isinstance(message, dict):
         message = message.get("message")
-    if message and failure.error_file:
-        return str(message)
-    if failure.exitcode < 0:
-        return f"killed by {_signal_name(-failure.exitcode)}"
-    return f"exit code {failure.exitcode}"
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
+    return str(message) if message else f"exit code {failure.exitcode}"
 
 
 def _last_lines(logs: Path, local_rank: int) -> str:
