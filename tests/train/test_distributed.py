@@ -156,5 +156,12 @@ def test_rltap_train_runs_on_two_ranks(
         if not torch.equal(value, initial.state_dict()[name])
     ]
     assert changed  # the checkpoint holds the trained weights, whole
-    optimizer = torch.load(run / "step-2" / "optimizer.pt", weights_only=True)
-    assert len(optimizer["state"]) == sum(1 for p in saved.parameters() if p.requires_grad)
+    # AdamW's state: one DCP shard per rank
+    shards = sorted(path.name for path in (run / "step-2" / "optimizer").glob("*.distcp"))
+    assert shards == ["__0_0.distcp", "__1_0.distcp"]
+    # Resumed on one rank: the sharded checkpoint loads there (the weights and AdamW's state).
+    assert main([*argv[:-2], "--steps", "3"]) == 0
+    lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines] == [1, 2, 3]
+    batch = load_file(str(run / "rollouts" / "step-3" / "batch.safetensors"))
+    assert {int(v) for v in batch["versions"][batch["loss_mask"].bool()]} == {2}

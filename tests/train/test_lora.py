@@ -8,6 +8,7 @@ and which `from_pretrained` loads as base + adapter."""
 from __future__ import annotations
 
 import copy
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from rltap.record.errors import EngineError
 from rltap.record.pack import TreePack, pack_interactions
 from rltap.record.types import ModelRequest
 from rltap.testing.packs import recorded_call as call
+from rltap.train.gather import load_optimizer_state, save_optimizer_state
 from rltap.train.lora import is_adapter_folder, lora_model
 from rltap.train.run_dir import RunDir
 from rltap.train.sync import weight_source, weight_sync
@@ -185,7 +187,8 @@ def test_a_checkpoint_is_the_adapter_and_resumes_the_trainer(
     model = lora(tiny_model_dir)
     trainer = trained(model)
     run = RunDir(tmp_path / "run")
-    checkpoint = run.save_checkpoint(2, model, qwen_tokenizer, trainer.optimizer, {"step": 2})
+    saver = functools.partial(save_optimizer_state, model, trainer.optimizer)
+    checkpoint = run.save_checkpoint(2, model, qwen_tokenizer, saver, {"step": 2})
     run.close()
     files = {p.name for p in checkpoint.path.iterdir()}
     assert {"adapter_config.json", "adapter_model.safetensors", "generation_config.json"} <= files
@@ -196,7 +199,7 @@ def test_a_checkpoint_is_the_adapter_and_resumes_the_trainer(
     settings = LoraConfig(lora_rank=4)
     resumed = lora_model(base, settings, base=str(tiny_model_dir), checkpoint=checkpoint.path)
     again = PolicyTrainer(resumed, UpdateConfig(lr=1e-2))
-    run.load_optimizer(checkpoint, again.optimizer)
+    load_optimizer_state(resumed, again.optimizer, checkpoint.optimizer_path)
     assert torch.equal(logits(resumed), logits(model))
     # The same next step from the checkpoint as from the trainer that saved it.
     trainer.step([tree(2)], version=2)

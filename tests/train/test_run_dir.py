@@ -4,6 +4,7 @@ reward plot, checkpoints that Hugging Face loads, the optimizer state, and resum
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import time
 from pathlib import Path
@@ -15,6 +16,7 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from rltap.train import METRICS, REWARD_PLOT, TENSORBOARD, Checkpoint, RunDir
+from rltap.train.gather import load_optimizer_state, save_optimizer_state
 from rltap.train.run_dir import PLOT_DPI, PLOT_INCHES
 
 
@@ -83,6 +85,11 @@ def test_reward_plot_is_a_png_of_the_plotted_size(tmp_path: Path) -> None:
     assert len({tuple(pixel) for pixel in pixels.reshape(-1, 4)[::97].tolist()}) > 3
 
 
+def optimizer_saver(model: Any, optimizer: torch.optim.Optimizer) -> Any:
+    """What `save_checkpoint` takes to write `optimizer`'s state (DCP shards, one here)."""
+    return functools.partial(save_optimizer_state, model, optimizer)
+
+
 def trained_copy(model: Any) -> tuple[Any, torch.optim.AdamW]:
     """A copy of the shared tiny model after one AdamW step on its transformer layers (the
     embedding's state would make the checkpoint 150 MB bigger and test nothing more)."""
@@ -102,7 +109,7 @@ def test_checkpoint_loads_with_from_pretrained_and_restores_the_optimizer(
     model, optimizer = trained_copy(tiny_model)
     run = RunDir(tmp_path)
     state = {"version": 1, "step": 1, "rng": [1, 2, 3], "config": {"lr": 1e-3}}
-    saved = run.save_checkpoint(1, model, qwen_tokenizer, optimizer, state)
+    saved = run.save_checkpoint(1, model, qwen_tokenizer, optimizer_saver(model, optimizer), state)
     assert saved == Checkpoint(step=1, path=tmp_path / "step-1", state=state)
     assert run.last_checkpoint() == saved
 
@@ -113,10 +120,11 @@ def test_checkpoint_loads_with_from_pretrained_and_restores_the_optimizer(
         assert torch.equal(tensor, expected[name]), name
     # The tokenizer is saved beside the weights (loading it back, 2 s, tests transformers).
     names = {path.name for path in saved.path.iterdir()}
-    assert {"model.safetensors", "tokenizer.json", "tokenizer_config.json", "optimizer.pt"} <= names
+    assert {"model.safetensors", "tokenizer.json", "tokenizer_config.json", "optimizer"} <= names
 
-    fresh = torch.optim.AdamW(copy.deepcopy(tiny_model).model.layers.parameters(), lr=1e-3)
-    run.load_optimizer(saved, fresh)
+    again = copy.deepcopy(tiny_model)
+    fresh = torch.optim.AdamW(again.model.layers.parameters(), lr=1e-3)
+    load_optimizer_state(again, fresh, saved.optimizer_path)
     before, after = optimizer.state_dict(), fresh.state_dict()
     assert after["param_groups"] == before["param_groups"]
     assert sorted(after["state"]) == sorted(before["state"]) != []
@@ -134,7 +142,7 @@ class FailingTokenizer:
 
 def test_last_checkpoint_is_the_highest_complete_one(tmp_path: Path, tiny_model: Any) -> None:
     run = RunDir(tmp_path)
-    optimizer = torch.optim.AdamW([tiny_model.model.norm.weight])
+    optimizer = optimizer_saver(tiny_model, torch.optim.AdamW([tiny_model.model.norm.weight]))
     assert run.last_checkpoint() is None
     for step in (1, 10, 2):  # by number, not by name or by time
         run.save_checkpoint(step, tiny_model, FakeTokenizer(), optimizer, {"version": step})
@@ -173,7 +181,7 @@ class FakeTokenizer:
 
 
 def test_resume_drops_what_came_after_the_checkpoint(tmp_path: Path, tiny_model: Any) -> None:
-    optimizer = torch.optim.AdamW([tiny_model.model.norm.weight])
+    optimizer = optimizer_saver(tiny_model, torch.optim.AdamW([tiny_model.model.norm.weight]))
     run = RunDir(tmp_path)
     for step in (1, 2, 3, 4):
         run.log(step, step_metrics(step))

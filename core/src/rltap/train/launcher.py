@@ -8,8 +8,8 @@ other than 0 wait in one through rank 0's rollouts, so it must be longer than th
 
 `launch(entrypoint, args, nproc)` starts `nproc` ranks on this machine with torch's elastic
 launcher (what `torchrun --standalone` runs: a c10d rendezvous on a free local port, no
-restart), each rank's output copied to `log_dir/.../<rank>/stdout.log` and `stderr.log` and
-still shown; it waits for them and returns each rank's return value. A rank that fails (an
+restart), each rank's output written to `log_dir/.../<rank>/stdout.log` and `stderr.log`
+(rank 0's also shown); it waits for them and returns each rank's return value. A rank that fails (an
 exception, or a signal: a SIGKILL, the OOM killer) fails the launch with `RankFailed`, naming the
 rank, its error and its last lines of output; the launcher stops the others, so no rank outlives
 it (a rank stuck in a collective with the dead one is stopped, not waited for).
@@ -104,6 +104,7 @@ def launch(
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     logs = Path(log_dir) if log_dir is not None else Path(tempfile.mkdtemp(prefix="rltap-ranks-"))
+    others = range(1, nproc)
     config = LaunchConfig(
         min_nodes=1,
         max_nodes=1,
@@ -114,7 +115,11 @@ def launch(
         max_restarts=0,
         monitor_interval=0.1,
         start_method="spawn",
-        logs_specs=DefaultLogsSpecs(log_dir=str(logs), tee=Std.ALL),
+        # Every rank's output goes to its files; only rank 0's is also shown (the others'
+        # would interleave with its progress display).
+        logs_specs=DefaultLogsSpecs(
+            log_dir=str(logs), redirects=Std.ALL, tee={0: Std.ALL} | dict.fromkeys(others, Std.NONE)
+        ),
     )
     try:
         results = elastic_launch(config, _recorded)(entrypoint, *args)

@@ -8,68 +8,55 @@ itself. The other ranks only `follow`: they wait for the next command and run it
 
 - `step(packs, version)`: the step's packs go to every rank, and every rank runs
   `PolicyTrainer.step` on them (each trains on its deal, `rltap.train.distributed`);
-- `weights()`: the model's full state dict, gathered onto rank 0 (`full_state_dict`, a
-  collective), as a `FullModel` a weight sync pushes and a checkpoint saves;
-- `optimizer_state()`: AdamW's whole state gathered onto rank 0, in the layout
-  `optimizer.state_dict()` has at world size 1 (so a checkpoint loads at world size 1);
+- `save_model(folder)`: the model's Hugging Face folder (a LoRA model's adapter folder), written
+  by rank 0 from weights gathered a chunk at a time (`rltap.train.gather`);
+- `adapter()`: a LoRA model's adapter tensors, gathered onto rank 0;
+- `save_optimizer(folder)` / `load_optimizer(folder)`: AdamW's state as DCP shards, each rank
+  its own part (a checkpoint, and resuming one at any world size);
 - `stop()`: the followers return.
 
-At world size 1 no command is sent: `weights()` is the trainer's model itself and
-`optimizer_state()` the optimizer's state dict, so a single process runs the very same loop.
+`weights()` is what a weight sync pushes and a checkpoint saves: the trainer's model itself at
+world size 1, else a `ShardedModel`, rank 0's handle whose `save_pretrained` and `adapter` run
+the commands above.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 import torch.distributed as dist
 
+from rltap.engines.base import AdapterWeights
+from rltap.engines.lora import is_peft_model
 from rltap.record.errors import RltapError
 from rltap.record.pack import TreePack
-from rltap.train.distributed import Ranks, full_state_dict
+from rltap.train import gather
+from rltap.train.distributed import Ranks
 from rltap.train.trainer import PolicyTrainer
 
-__all__ = ["FullModel", "RankLeader", "follow", "full_optimizer_state"]
+__all__ = ["RankLeader", "ShardedModel", "follow"]
 
 
-class FullModel:
-    """A sharded model's full weights on rank 0: its gathered state dict, saved with the model's
-    own `save_pretrained` (config, generation config, safetensors)."""
+class ShardedModel:
+    """Rank 0's handle on the weights of a model sharded over the trainer ranks: what a weight
+    sync and a checkpoint take in place of the model (`save_pretrained`, `generation_config`;
+    with LoRA, `adapter()` and `lora`)."""
 
-    def __init__(self, model: Any, state: dict[str, torch.Tensor]) -> None:
-        self.model = model
-        self.state = state
-        self.generation_config = getattr(model, "generation_config", None)
+    def __init__(self, leader: RankLeader) -> None:
+        self._leader = leader
+        self.model = leader.trainer.model
+        self.lora = is_peft_model(self.model)
+        self.generation_config = getattr(self.model, "generation_config", None)
 
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        return self.state
+    def save_pretrained(self, folder: str | Path, **_: Any) -> None:
+        self._leader.save_model(Path(folder))
 
-    def save_pretrained(self, folder: str | Path, **kwargs: Any) -> None:
-        self.model.save_pretrained(folder, state_dict=self.state, **kwargs)
-
-
-def full_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Any:
-    """`optimizer`'s whole state on rank 0 (a collective: every rank calls it; the others get an
-    empty dict), keyed by parameter index as `optimizer.state_dict()` is at world size 1."""
-    if Ranks.current().world == 1:
-        return optimizer.state_dict()
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
-
-    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    named: Any = get_optimizer_state_dict(model, optimizer, options=options)
-    if not named:
-        return {}
-    index: dict[str, int] = {}
-    groups = []
-    for group in named["param_groups"]:
-        ids = [index.setdefault(name, len(index)) for name in group["params"]]
-        groups.append({**group, "params": ids})
-    state = {index[name]: value for name, value in named["state"].items()}
-    return {"state": state, "param_groups": groups}
+    def adapter(self) -> AdapterWeights:
+        return self._leader.adapter()
 
 
 @dataclass(slots=True)
@@ -84,15 +71,28 @@ class RankLeader:
         return self.trainer.step(packs, version)
 
     def weights(self) -> Any:
-        """The weights to push or save: the model (world size 1), or a `FullModel`."""
+        """The weights to push or save: the model (world size 1), or a `ShardedModel`."""
         if self.ranks.world == 1:
             return self.trainer.model
-        self._tell("weights")
-        return FullModel(self.trainer.model, full_state_dict(self.trainer.model))
+        return ShardedModel(self)
 
-    def optimizer_state(self) -> Any:
-        self._tell("optimizer")
-        return full_optimizer_state(self.trainer.model, self.trainer.optimizer)
+    def save_model(self, folder: Path) -> None:
+        self._tell("save_model", folder)
+        _save_model(self.trainer, folder)
+
+    def adapter(self) -> AdapterWeights:
+        self._tell("adapter")
+        adapter = gather.adapter_weights(self.trainer.model)
+        assert adapter is not None  # rank 0's
+        return adapter
+
+    def save_optimizer(self, folder: Path) -> None:
+        self._tell("save_optimizer", folder)
+        gather.save_optimizer_state(self.trainer.model, self.trainer.optimizer, folder)
+
+    def load_optimizer(self, folder: Path) -> None:
+        self._tell("load_optimizer", folder)
+        gather.load_optimizer_state(self.trainer.model, self.trainer.optimizer, folder)
 
     def stop(self) -> None:
         self._tell("stop")
@@ -102,18 +102,36 @@ class RankLeader:
             dist.broadcast_object_list([command], src=0)
 
 
+def _save_model(trainer: PolicyTrainer, folder: Path) -> None:
+    if trainer.lora:
+        gather.save_adapter(trainer.model, folder)
+    else:
+        gather.save_model(trainer.model, folder)
+
+
+def _brief(args: list[Any]) -> str:
+    """A command's arguments as its log line shows them (a step's packs by count)."""
+    return " ".join(f"{len(a)} packs" if isinstance(a, list) else str(a) for a in args)
+
+
 def follow(trainer: PolicyTrainer) -> None:
     """A rank > 0: run rank 0's commands (`RankLeader`) on `trainer` until it stops."""
     while True:
         box: list[Any] = [None]
         dist.broadcast_object_list(box, src=0)
         kind, *args = box[0]
+        # A line per command in this rank's log (RUN/ranks/): what a failure quotes.
+        print(f"rank {dist.get_rank()}: {kind} {_brief(args)}", file=sys.stderr, flush=True)
         if kind == "step":
             trainer.step(*args)
-        elif kind == "weights":
-            full_state_dict(trainer.model)
-        elif kind == "optimizer":
-            full_optimizer_state(trainer.model, trainer.optimizer)
+        elif kind == "save_model":
+            _save_model(trainer, *args)
+        elif kind == "adapter":
+            gather.adapter_weights(trainer.model)
+        elif kind == "save_optimizer":
+            gather.save_optimizer_state(trainer.model, trainer.optimizer, *args)
+        elif kind == "load_optimizer":
+            gather.load_optimizer_state(trainer.model, trainer.optimizer, *args)
         elif kind == "stop":
             return
         else:

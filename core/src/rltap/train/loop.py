@@ -33,10 +33,16 @@ and each checkpoint is the adapter folder (resuming loads it onto --model again)
 With `--nproc-per-node N` (or under torchrun) the trainer is sharded over N ranks (FSDP2,
 `rltap.train.distributed`): rank 0 runs this loop, its proxy, engine and run folder; the other
 ranks follow its trainer's collectives (`rltap.train.leader`): each step's packs reach every rank
-and every rank steps; at each sync and checkpoint the full weights are gathered onto rank 0, which
-pushes them into the engine (the embedded engine keeps a full copy of its own) and saves them.
-On more than one rank a run trains the whole model (no --lora-rank), with its own proxy and
-engine (no --ray), and starts afresh (resuming a checkpoint there is issue 38's next part).
+and every rank steps; at each sync and checkpoint the weights (with LoRA, the adapter) are
+gathered onto rank 0 a chunk at a time (`rltap.train.gather`), which writes them for the engine
+(the embedded engine keeps a full copy of its own) and into the checkpoint; every rank writes its
+part of AdamW's state. A checkpoint resumes at any number of ranks. The ranks' output is kept in
+`RUN/ranks/`; a rank that fails stops the run, naming it and quoting its last lines
+(`rltap.train.launcher`), and running again resumes from the last checkpoint.
+
+With `--ray` too, the N ranks are Ray Train workers on the cluster (`rltap.train.ray_ranks`:
+which engine and why), rank 0's rollouts go to the rollout actors there, and `rltap train`
+itself only starts or joins the cluster, waits for the ranks and prints the run's table.
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
@@ -234,8 +241,8 @@ class _Loop:
             return
         if step % self.loop.save_every == 0 or step == self.loop.steps:
             state = {"step": step, "version": self.version, "seed": self.loop.episodes.seed}
-            model, optimizer = self.leader.weights(), self.leader.optimizer_state()
-            self.run.save_checkpoint(step, model, tokenizer, optimizer, state)
+            model, save_optimizer = self.leader.weights(), self.leader.save_optimizer
+            self.run.save_checkpoint(step, model, tokenizer, save_optimizer, state)
 
 
 async def run_training(
@@ -248,14 +255,11 @@ async def run_training(
         torch.manual_seed(config.loop.episodes.seed)
     run = RunDir(Path(config.out))
     checkpoint = run.last_checkpoint()
-    if checkpoint is not None and ranks.world > 1:
-        msg = (
-            f"{run.path} has {checkpoint.path.name}/: resuming on {ranks.world} ranks is not "
-            "supported yet; resume it with --nproc-per-node 1"
-        )
-        raise RltapError(msg)
-    leader = RankLeader(_trainer(config, checkpoint, run), ranks)
+    _share(ranks, checkpoint.path if checkpoint else None)
+    leader = RankLeader(_trainer(config, checkpoint.path if checkpoint else None), ranks)
     try:
+        if checkpoint is not None:
+            leader.load_optimizer(checkpoint.optimizer_path)
         return await _lead(config, console, run, checkpoint, leader)
     finally:
         leader.stop()
@@ -266,7 +270,16 @@ def follow_training(config: TrainConfig) -> None:
     (`rltap.train.leader`)."""
     if config.loop.episodes.seed is not None:
         torch.manual_seed(config.loop.episodes.seed)
-    follow(_trainer(config, None, None))
+    follow(_trainer(config, _share(Ranks.current(), None)))
+
+
+def _share(ranks: Ranks, checkpoint: Path | None) -> Path | None:
+    """The checkpoint the run resumes from, rank 0's (found in its run folder), on every rank."""
+    if ranks.world == 1:
+        return checkpoint
+    box = [checkpoint]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 async def _lead(
@@ -318,35 +331,31 @@ async def _lead(
     return summary
 
 
-def _trainer(
-    config: TrainConfig, checkpoint: Checkpoint | None, run: RunDir | None
-) -> PolicyTrainer:
+def _trainer(config: TrainConfig, checkpoint: Path | None) -> PolicyTrainer:
+    """The run's trainer on --model, or on the weights (or adapter) of `checkpoint`; its
+    optimizer state is loaded afterwards, by every rank at once (`RankLeader.load_optimizer`)."""
     from transformers import AutoModelForCausalLM
 
     lora = config.lora
-    if checkpoint is not None and is_adapter_folder(checkpoint.path) != lora.enabled:
+    if checkpoint is not None and is_adapter_folder(checkpoint) != lora.enabled:
         kind = "a LoRA adapter" if lora.enabled else "a whole model"
         resume = "resume it with the --lora-rank it had"
-        msg = f"{checkpoint.path.parent} was not trained as {kind}: {resume}"
+        msg = f"{checkpoint.parent} was not trained as {kind}: {resume}"
         raise TrainingFailed(msg)
     if lora.enabled:  # the base model, with a new adapter or the checkpoint's
         base: Any = AutoModelForCausalLM.from_pretrained(config.model, dtype="float32")
-        resumed = checkpoint.path if checkpoint else None
         try:
-            model = lora_model(base, lora, base=config.model, checkpoint=resumed)
+            model = lora_model(base, lora, base=config.model, checkpoint=checkpoint)
         except LoraMismatch as exc:
             raise TrainingFailed(str(exc)) from exc
     else:
-        source = str(checkpoint.path) if checkpoint else config.model
+        source = str(checkpoint) if checkpoint else config.model
         model = AutoModelForCausalLM.from_pretrained(source, dtype="float32")
     reference: Any = None
     if config.update.kl_coef > 0 and not lora.enabled:  # a frozen copy of the initial weights
         reference = AutoModelForCausalLM.from_pretrained(config.model, dtype="float32")
         reference.eval().requires_grad_(False)
-    trainer = PolicyTrainer(model, config.update, config.loop, reference=reference)
-    if checkpoint is not None and run is not None:
-        run.load_optimizer(checkpoint, trainer.optimizer)
-    return trainer
+    return PolicyTrainer(model, config.update, config.loop, reference=reference)
 
 
 @contextlib.asynccontextmanager
@@ -419,15 +428,22 @@ def print_run(
 def train_command(config: TrainConfig) -> int:
     """`rltap train`: the loop in each trainer rank (`--nproc-per-node` of them, launched here
     unless a launcher such as torchrun started this process), then the table of its steps and
-    where its files are."""
+    where its files are. With `--ray` the ranks are Ray Train workers on the cluster
+    (`rltap.train.ray_ranks`)."""
     nproc = config.ranks.nproc_per_node
     if nproc == 1 or "TORCHELASTIC_RUN_ID" in os.environ:
         return rank_command(config)
     try:
-        return launch(rank_command, (config,), nproc, log_dir=Path(config.out) / RANK_LOGS)[0]
+        if config.ray.ray is None:
+            return launch(rank_command, (config,), nproc, log_dir=Path(config.out) / RANK_LOGS)[0]
+        from rltap.train.ray_ranks import train_on_ray
+
+        train_on_ray(config)
     except RankFailed as exc:
         Console(stderr=True).print(f"[red]rltap train: {exc}")
         return 1
+    print_run(Console(), Path(config.out))
+    return 0
 
 
 def rank_command(config: TrainConfig) -> int:
@@ -453,15 +469,11 @@ def rank_command(config: TrainConfig) -> int:
 
 
 def _check_sharded(config: TrainConfig, ranks: Ranks) -> None:
-    """What a run on more than one trainer rank cannot do yet (issue 38)."""
-    missing = [
-        flag
-        for flag, used in (
-            ("--lora-rank", config.lora.enabled),
-            ("--ray", config.ray.ray is not None),
+    """What ranks another launcher started (torchrun's) cannot do: --ray, whose ranks are Ray
+    Train's (`rltap train --ray --nproc-per-node N`, `rltap.train.ray_ranks`)."""
+    if config.ray.ray is not None:
+        msg = (
+            f"rltap train on {ranks.world} ranks of another launcher: --ray runs its trainer "
+            "ranks itself, as Ray Train workers: rltap train --ray --nproc-per-node N"
         )
-        if used
-    ]
-    if missing:
-        msg = f"rltap train on {ranks.world} ranks: {' and '.join(missing)} not supported yet"
         raise RltapError(msg)

@@ -16,12 +16,13 @@ Layout:
 - `rollouts/step-N/`: what step N's rollouts wrote; `eval/step-N/`: the held-out evaluation
   after update N (`rltap.rollout.evaluate`'s files); `sync/`: weights on their way to an engine.
 - `step-N/`: the checkpoint after update N, a Hugging Face model folder (`from_pretrained` loads
-  it) with the tokenizer, `optimizer.pt` (the optimizer's `state_dict`) and `run_state.json` (the
-  loop's own state). A LoRA run's (`--lora-rank`) holds peft's adapter folder instead of the
-  model (`adapter_config.json`, naming the base model by its absolute path, and
-  `adapter_model.safetensors`) and the base model's `generation_config.json`: transformers'
-  `from_pretrained` loads it as the base model with the adapter (peft installed), so
-  `rltap eval --model RUN/step-N` works as for a full run.
+  it) with the tokenizer, `optimizer/` (AdamW's state as torch.distributed.checkpoint shards,
+  one per trainer rank, which load at any number of ranks: `rltap.train.gather`) and
+  `run_state.json` (the loop's own state). A LoRA run's (`--lora-rank`) holds peft's adapter
+  folder instead of the model (`adapter_config.json`, naming the base model by its absolute
+  path, and `adapter_model.safetensors`) and the base model's `generation_config.json`:
+  transformers' `from_pretrained` loads it as the base model with the adapter (peft installed),
+  so `rltap eval --model RUN/step-N` works as for a full run.
   It is written as `.step-N.partial/` and renamed when complete, so a run killed
   mid-save leaves the previous checkpoint as the last one and a `.partial` folder that
   `last_checkpoint` ignores and removes.
@@ -37,7 +38,7 @@ Usage:
     run.resume_from(checkpoint)
     ...
     run.log(step, {"reward_mean": 0.5, "reward_std": 0.1, ...})
-    run.save_checkpoint(step, model, tokenizer, optimizer, {"version": step})
+    run.save_checkpoint(step, model, tokenizer, save_optimizer, {"version": step})
     run.plot_rewards()
     run.close()
 """
@@ -49,13 +50,11 @@ import numbers
 import os
 import re
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any
-
-import torch
 
 from rltap._lazy import require_module
 
@@ -77,7 +76,7 @@ METRICS = "metrics.jsonl"
 TENSORBOARD = "tensorboard"
 REWARD_PLOT = "reward.png"
 TRAIN_EXTRA = "rltap[train]"
-OPTIMIZER = "optimizer.pt"
+OPTIMIZER = "optimizer"
 RUN_STATE = "run_state.json"
 # The plot's size in inches at PLOT_DPI: 1000 x 500 pixels.
 PLOT_INCHES = (10.0, 5.0)
@@ -269,13 +268,13 @@ class RunDir:
         step: int,
         model: Any,
         tokenizer: Any,
-        optimizer: torch.optim.Optimizer | Mapping[str, Any],
+        save_optimizer: Callable[[Path], None],
         state: Mapping[str, Any],
     ) -> Checkpoint:
         """Write `RUN/step-N/`: the model (`save_pretrained`, safetensors; a peft model's adapter
-        and its base model's generation config), the tokenizer, the optimizer's state_dict (or
-        `optimizer` itself, a state dict already gathered) and `state` as JSON; it appears whole
-        or not at all."""
+        and its base model's generation config), the tokenizer, the optimizer's state
+        (`save_optimizer(folder)` writes it, e.g. `rltap.train.gather.save_optimizer_state`)
+        and `state` as JSON; it appears whole or not at all."""
 
         # A state that is not JSON fails here, before anything is written.
         state_json = json.dumps(dict(state), indent=2)
@@ -289,8 +288,7 @@ class RunDir:
                 # peft writes the adapter only: the base model's stop tokens go along.
                 generation.save_pretrained(partial)
             tokenizer.save_pretrained(partial)
-            saved = optimizer if isinstance(optimizer, Mapping) else optimizer.state_dict()
-            torch.save(saved, partial / OPTIMIZER)
+            save_optimizer(partial / OPTIMIZER)
             (partial / RUN_STATE).write_text(state_json, encoding="utf-8")
             _fsync_tree(partial)
         except BaseException:
@@ -331,13 +329,6 @@ class RunDir:
             shutil.rmtree(path)
         found = self.checkpoints()
         return found[-1] if found else None
-
-    def load_optimizer(self, checkpoint: Checkpoint, optimizer: torch.optim.Optimizer) -> None:
-        """Load the checkpoint's optimizer state into `optimizer` (built over the same parameters);
-        the state moves to the parameters' devices."""
-
-        saved = torch.load(checkpoint.optimizer_path, map_location="cpu", weights_only=True)
-        optimizer.load_state_dict(saved)
 
     # -- resume ----------------------------------------------------------------------------------
 

@@ -13,6 +13,11 @@ A LoRA trainer (a peft model, `rltap train --lora-rank`) moves only its adapter:
 this process gets an `AdapterWeights` (the peft config and the adapter's tensors), a server
 engine a `WeightFolder(adapter=True)` of peft's `save_pretrained` in `folder/adapter-v<N>/`
 (`rltap.engines.lora`); the base weights never move.
+
+A model sharded over trainer ranks (`rltap.train.leader.ShardedModel`) is never whole in one
+process: every engine gets its `WeightFolder`, written from weights gathered a chunk at a time
+(`rltap.train.gather`; the embedded engine reads it into its own copy), or with LoRA the gathered
+adapter, as above.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from rltap.engines.base import WeightFolder, WeightSource, save_weights
 from rltap.engines.lora import adapter_folder, adapter_of, is_peft_model
+from rltap.train.leader import ShardedModel
 
 if TYPE_CHECKING:
     import torch
@@ -53,6 +59,12 @@ def weight_source(
     """`model`'s weights as an engine takes them: its state dict, or a `WeightFolder` that
     saves it into `folder` when the engine asks; a peft model's adapter alone (`version`
     names its folder)."""
+    if isinstance(model, ShardedModel):
+        if not model.lora:
+            return WeightFolder(Path(folder), save=functools.partial(save_weights, model))
+        if state_dict:
+            return model.adapter()
+        return adapter_folder(model, folder, version)
     if is_peft_model(model):
         adapter = adapter_of(model) if state_dict else None
         return adapter if adapter is not None else adapter_folder(model, folder, version)
