@@ -22,7 +22,9 @@ state ever is in a rank's memory.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -150,7 +152,8 @@ def save_optimizer_state(model: torch.nn.Module, optimizer: Any, folder: Path) -
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
     state = {"optimizer": get_optimizer_state_dict(model, optimizer)}
-    dcp.save(state, checkpoint_id=str(folder), no_dist=_alone())
+    with _single_process_ok():
+        dcp.save(state, checkpoint_id=str(folder), no_dist=_alone())
 
 
 def load_optimizer_state(model: torch.nn.Module, optimizer: Any, folder: Path) -> None:
@@ -163,7 +166,8 @@ def load_optimizer_state(model: torch.nn.Module, optimizer: Any, folder: Path) -
     )
 
     state = {"optimizer": get_optimizer_state_dict(model, optimizer)}
-    dcp.load(state, checkpoint_id=str(folder), no_dist=_alone())
+    with _single_process_ok():
+        dcp.load(state, checkpoint_id=str(folder), no_dist=_alone())
     set_optimizer_state_dict(model, optimizer, optim_state_dict=state["optimizer"])
 
 
@@ -172,3 +176,11 @@ def _alone() -> bool:
     import torch.distributed as dist
 
     return not (dist.is_available() and dist.is_initialized())
+
+
+@contextlib.contextmanager
+def _single_process_ok() -> Iterator[None]:
+    """DCP warns whenever it runs without a process group; at world size 1 that is intended."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
+        yield
