@@ -178,9 +178,11 @@ def rank_main(job: RankJob) -> dict[str, Any]:
     with process_group() as ranks:
         torch.manual_seed(0)
         model: Any = AutoModelForCausalLM.from_pretrained(job.model_dir, dtype="float32")
+        loaded = current_rss()
         packs = bench_packs(job.shape, model.config.vocab_size)
         update = UpdateConfig(lr=LR, micro_batch_tokens=job.micro_batch_tokens)
         trainer = PolicyTrainer(model, update, ranks=ranks, **precision_kwargs(job.variant))
+        built = current_rss()
         seconds = []
         for step in range(job.steps):
             started = time.perf_counter()
@@ -196,8 +198,18 @@ def rank_main(job: RankJob) -> dict[str, Any]:
             "tokens": sum(len(p) for p in packs),
             "trained_tokens": metrics["tokens"],
             "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            # where the memory went: after the load, after the trainer (sharded), at the end
+            "rss_loaded": loaded,
+            "rss_built": built,
+            "rss_end": current_rss(),
             **state_bytes(trainer),
         }
+
+
+def current_rss() -> int:
+    """This process's resident memory now, in bytes."""
+    with open("/proc/self/statm", encoding="ascii") as statm:
+        return int(statm.read().split()[1]) * resource.getpagesize()
 
 
 def precision_kwargs(variant: Variant) -> dict[str, Any]:
