@@ -21,6 +21,7 @@ from rltap.record.types import InteractionWithTokenLogpReward, Link
 from rltap.testing.packs import SAMPLE_PACKS, mixed_pack, pack_calls, plain_leaf_logprobs
 from rltap.testing.packs import recorded_call as call
 from rltap.train import packed_logprobs, tree_attention_mask, tree_block_mask, tree_mask_mod
+from rltap.train.forward import TokenScorer, packed_token_stats
 from rltap.train.layouts import leaf_values
 
 TOLERANCE = 1e-5  # fp32, DESIGN.md's token-fidelity bound
@@ -163,3 +164,102 @@ def test_the_dense_mask_is_the_interval_test_and_its_additive_form() -> None:
     additive = tree_attention_mask(pack, dtype=torch.float32)[0, 0]
     assert torch.equal(additive == 0.0, sees[0, 0])
     assert float(additive.min()) == torch.finfo(torch.float32).min
+
+
+def full_logits_stats(
+    model: Any, pack: TreePack, tokens: torch.Tensor, temperature: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each of `tokens`' logprob and entropy from the model's own forward over the pack, every
+    position's logits at once: what the chunked output layer must equal."""
+    ids = torch.as_tensor(pack.input_ids)
+    output = model(
+        input_ids=ids[None],
+        position_ids=torch.as_tensor(pack.position_ids)[None],
+        attention_mask=tree_attention_mask(pack),
+        use_cache=False,
+    )
+    parents = torch.as_tensor(pack.parent_index)[tokens]
+    logp = torch.log_softmax(output.logits[0, parents] / temperature, dim=-1)
+    entropy = -(logp.exp() * logp).sum(-1)
+    return logp[torch.arange(len(tokens)), ids[tokens]], entropy.detach()
+
+
+@pytest.fixture(scope="module")
+def fp64_model(tiny_model_dir: Path) -> Any:
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype="float64").eval()
+
+
+# fp32 gradients: the head's weight sums its chunks' gradients in another order than one matmul
+# (measured 1.1e-5 on gradients of ~1, 2026-12-05)
+@pytest.mark.parametrize(
+    ("dtype", "temperature", "chunk_rows", "tolerance", "grad_tolerance"),
+    [
+        pytest.param(torch.float64, 1.0, 6, 1e-12, 1e-12, id="fp64-chunks-of-6"),
+        pytest.param(torch.float64, 1.0, 256, 1e-12, 1e-12, id="fp64-one-chunk"),
+        pytest.param(torch.float32, 0.7, 3, 1e-5, 5e-5, id="fp32-temperature-chunks-of-3"),
+    ],
+)
+def test_the_chunked_output_layer_gives_the_full_logits_values_and_gradients(
+    tiny_model: Any,
+    fp64_model: Any,
+    dtype: torch.dtype,
+    temperature: float,
+    chunk_rows: int,
+    tolerance: float,
+    grad_tolerance: float,
+) -> None:
+    model = fp64_model if dtype == torch.float64 else tiny_model
+    pack = mixed_pack()
+    tokens = np.flatnonzero(pack.parent_index >= 0)[::-1].copy()  # siblings, in no order
+    weights = torch.linspace(-1.0, 2.0, len(tokens), dtype=dtype)
+    scorer = TokenScorer(model, chunk_rows=chunk_rows)
+    logp, entropy = packed_token_stats(scorer, pack, tokens, temperature=temperature)
+    assert logp.dtype == dtype
+    grads = torch.autograd.grad((logp * weights).sum(), list(model.parameters()))
+    full, full_entropy = full_logits_stats(model, pack, torch.as_tensor(tokens), temperature)
+    full_grads = torch.autograd.grad((full * weights).sum(), list(model.parameters()))
+    assert float((logp - full).detach().abs().max()) <= tolerance
+    assert float((entropy - full_entropy).abs().max()) <= tolerance * 10
+    assert not entropy.requires_grad
+    for grad, expected in zip(grads, full_grads, strict=True):
+        scale = max(1.0, float(expected.abs().max()))
+        assert float((grad - expected).abs().max()) <= grad_tolerance * scale
+
+
+def saved_shapes(model: Any, run: Any) -> list[tuple[int, ...]]:
+    """The shapes of the tensors `run()` saves for its backward, `model`'s parameters (and
+    views of them) left out: a saved parameter is a reference, not a copy."""
+    parameters = {p.data_ptr() for p in model.parameters()}
+    shapes: list[tuple[int, ...]] = []
+
+    def keep(tensor: torch.Tensor) -> torch.Tensor:
+        if tensor.data_ptr() not in parameters:
+            shapes.append(tuple(tensor.shape))
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(keep, lambda tensor: tensor):
+        run()
+    return shapes
+
+
+def test_the_backward_keeps_no_logits_of_the_micro_batch(tiny_model: Any) -> None:
+    """The kept activations of a training forward: the model's own forward keeps `[parents,
+    vocab]` logits and log_softmax for the backward; the scorer keeps no tensor as wide as the
+    vocabulary (each chunk's are recomputed in the backward)."""
+    pack = mixed_pack()
+    tokens = np.flatnonzero(pack.parent_index >= 0)
+    vocab = tiny_model.config.vocab_size
+
+    def wide(shapes: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+        return [shape for shape in shapes if vocab in shape]
+
+    full = saved_shapes(
+        tiny_model, lambda: full_logits_stats(tiny_model, pack, torch.as_tensor(tokens))
+    )
+    assert (len(tokens), vocab) in wide(full)
+    scorer = TokenScorer(tiny_model, chunk_rows=4)
+    chunked = saved_shapes(tiny_model, lambda: packed_token_stats(scorer, pack, tokens))
+    assert chunked  # the decoder's activations
+    assert wide(chunked) == []

@@ -13,8 +13,14 @@ they are the identity, so a single process runs the very same step:
   collective: a rank with fewer micro-batches runs filler ones that add nothing).
 
 `shard_model` applies FSDP2 (`fully_shard`) to each decoder layer (the model's
-`_no_split_modules`), then to the root, and makes the reduce-scatter sum the gradients instead
-of averaging them (the loss is already divided by the global token count).
+`_no_split_modules`), then to the root (the trainer's `TokenScorer`, whose forward runs the whole
+model, so its hooks gather and reduce every parameter), and makes the reduce-scatter sum the
+gradients instead of averaging them (the loss is already divided by the global token count).
+`--dtype bfloat16` is FSDP2's `MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)`: the
+sharded parameters (AdamW's master weights), their gradients and AdamW's state stay fp32, the
+gathered parameters and the compute are bf16, the gradients are reduced in fp32.
+`--cpu-offload` is its `CPUOffloadPolicy`: the sharded parameters, gradients and AdamW state live
+in CPU memory and each layer's are copied to the device for its forward and backward.
 
 How the ranks start and join is `rltap.train.launcher`'s.
 """
@@ -23,15 +29,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
 
+from rltap.config.train import PrecisionConfig
 from rltap.record.errors import RltapError
 from rltap.record.pack import TreePack
 
 __all__ = ["Ranks", "decoder_layers", "full_state_dict", "shard_model"]
+
+M = TypeVar("M", bound=torch.nn.Module)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,30 +94,50 @@ def _device() -> torch.device:
 
 def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     """The model's decoder layers: its modules of the classes transformers names in
-    `_no_split_modules` (a peft model's base model's), outermost first."""
-    peft: Any = model
-    base = peft.get_base_model() if hasattr(peft, "get_base_model") else model
-    names = set(getattr(base, "_no_split_modules", None) or ())
+    `_no_split_modules` (of the outermost module naming any: a peft model's is its base
+    model's; a `TokenScorer`'s its model's), outermost first."""
+    found: Any = None
+    for module in model.modules():
+        found = getattr(module, "_no_split_modules", None)
+        if found:
+            break
+    names = set(found or ())
     layers = [module for module in model.modules() if type(module).__name__ in names]
     if not layers:
-        msg = f"{type(base).__name__} names no decoder layer class (_no_split_modules)"
+        msg = f"{type(model).__name__} names no decoder layer class (_no_split_modules)"
         raise RltapError(msg)
     return layers
 
 
-def shard_model(model: torch.nn.Module, ranks: Ranks) -> torch.nn.Module:
+def shard_model(model: M, ranks: Ranks, precision: PrecisionConfig | None = None) -> M:
     """`model` sharded over the default process group with FSDP2: each decoder layer, then the
-    root, every gradient summed over the ranks (not averaged); `model` itself at world 1."""
+    root, every gradient summed over the ranks (not averaged), after `precision`'s dtype and
+    offload; `model` itself at world 1. `model` is the module whose forward the trainer calls
+    (its `TokenScorer`): a submodule called from outside the root's forward would run without
+    FSDP2's gathers and gradient reduction."""
     if ranks.world == 1:
         return model
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import FSDPModule, fully_shard
+    from torch.distributed.fsdp import (
+        CPUOffloadPolicy,
+        FSDPModule,
+        MixedPrecisionPolicy,
+        OffloadPolicy,
+        fully_shard,
+    )
 
+    precision = precision or PrecisionConfig()
     device = next(model.parameters()).device
     mesh = init_device_mesh(device.type, (ranks.world,))
+    mixed = MixedPrecisionPolicy()
+    if precision.dtype == "bfloat16":
+        mixed = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    # pinned memory needs an accelerator: on a CPU-only torch pinning raises
+    offload = CPUOffloadPolicy(pin_memory=device.type == "cuda")
+    policy: Any = offload if precision.cpu_offload else OffloadPolicy()
     for layer in decoder_layers(model):
-        fully_shard(layer, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+        fully_shard(layer, mesh=mesh, mp_policy=mixed, offload_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=mixed, offload_policy=policy)
     for module in model.modules():
         if isinstance(module, FSDPModule):
             module.set_gradient_divide_factor(1.0)

@@ -1,7 +1,8 @@
 """One policy update from a step's tree packs: advantages, micro-batches, the loss, AdamW.
 
-`PolicyTrainer(model, update, loop)` takes `rltap train`'s own sections (`UpdateConfig`: the
-optimizer, the objective, the minibatches; `LoopConfig`: --max-staleness).
+`PolicyTrainer(model, update, loop, precision=...)` takes `rltap train`'s own sections
+(`UpdateConfig`: the optimizer, the objective, the minibatches; `LoopConfig`: --max-staleness;
+`PrecisionConfig`: --dtype, --gradient-checkpointing, --cpu-offload).
 `PolicyTrainer.step(packs, version)`:
 
 1. advantages into each pack (`rltap.train.advantages`; per group for grpo, over the step for
@@ -17,14 +18,31 @@ optimizer, the objective, the minibatches; `LoopConfig`: --max-staleness).
 3. with more than one minibatch, the proximal logprobs (the weights at the start of the step)
    are computed for every micro-batch first, without gradients; with one, the policy being
    trained is the proximal one (`rltap.train.loss`);
-4. per micro-batch: one packed forward (`packed_token_stats`: logprob and entropy at the
-   trainable tokens only), `policy_loss`, backward of its sum divided by the group's token
+4. per micro-batch: one packed forward (`packed_token_stats` through the trainer's
+   `TokenScorer`: logprob and entropy at the trainable tokens only, the output layer a chunk
+   of rows at a time), `policy_loss`, backward of its sum divided by the group's token
    count over all ranks (gradient accumulation: the same gradient as one forward over the
    whole group in one process; FSDP2 sums the ranks' gradients); then gradient clipping and
    the AdamW step. The metrics are summed over the ranks.
 
-At world size > 1 (a process group, `rltap.train.distributed`) the model is sharded with FSDP2
-when the trainer is built; a KL reference model stays whole on each rank.
+At world size > 1 (a process group, `rltap.train.distributed`) the model's `TokenScorer` is
+sharded with FSDP2 when the trainer is built; a KL reference model stays whole on each rank.
+
+Precision and memory (`PrecisionConfig`):
+
+- `dtype="bfloat16"`: bf16 compute, fp32 master weights, gradients and AdamW state. At world
+  size > 1 that is FSDP2's mixed precision (`shard_model`): the gathered parameters are bf16
+  and every op of the forward and backward runs in bf16, the gradients are reduced in fp32;
+  the KL reference model is cast to bf16, so that it computes as the policy does. At world size
+  1 there is no FSDP2 to cast the parameters: each forward (policy, proximal, reference) runs
+  under `torch.autocast(bf16)` over the fp32 model, which runs the matmuls in bf16 and keeps
+  the norms, softmaxes and residual sums in fp32 (a little closer to fp32 than FSDP2's bf16;
+  tests/train/test_precision.py measures both). The logprobs' log_softmax is fp32 either way.
+- `gradient_checkpointing`: transformers' activation checkpointing of every decoder layer
+  (non-reentrant `torch.utils.checkpoint`: the same loss and gradients, each layer's
+  activations recomputed in the backward instead of kept).
+- `cpu_offload`: FSDP2's `CPUOffloadPolicy` (world size > 1 only: without a process group
+  there is no sharding to offload; refused with a `ConfigError`).
 
 The trainer only trains; pushing the weights to the engine and bumping the version is the
 loop's (`rltap.train.loop`).
@@ -36,6 +54,7 @@ reference, when no reference model is given, is the model itself with its adapte
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -43,13 +62,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from rltap.config.train import LoopConfig, UpdateConfig
+from rltap.config.flags import ConfigError
+from rltap.config.train import LoopConfig, PrecisionConfig, UpdateConfig
 from rltap.engines.lora import is_peft_model
 from rltap.record.pack import TreePack
 from rltap.train.advantages import assign_advantages, trainable_tokens
 from rltap.train.batches import micro_batches, split_pack
 from rltap.train.distributed import Ranks, shard_model
-from rltap.train.forward import Attention, packed_token_stats
+from rltap.train.forward import Attention, TokenScorer, packed_token_stats
 from rltap.train.lora import trainable
 from rltap.train.loss import LossSums, policy_loss
 
@@ -80,6 +100,12 @@ class PolicyTrainer:
     forward's kernel (`rltap.train.forward`). `ranks` (default: the process group's, if any)
     are the trainer ranks the steps are shared by: every rank builds its trainer on the same
     model and steps on the same packs; with more than one, the model is sharded (FSDP2).
+    `precision` is `rltap train`'s --dtype, --gradient-checkpointing and --cpu-offload (the
+    module docstring says how each applies); the model is loaded in fp32 either way.
+
+    `model` stays the Hugging Face (or peft) model, its parameters sharded in place at world
+    size > 1 (`full_state_dict(trainer.model)` gathers them); `scorer` is the module every
+    forward of the trainer runs (FSDP2's root).
 
     Usage:
         trainer = PolicyTrainer(model, UpdateConfig(lr=1e-3, algo="ppo"))
@@ -95,6 +121,7 @@ class PolicyTrainer:
         reference: Any | None = None,
         attention: Attention = "sdpa",
         ranks: Ranks | None = None,
+        precision: PrecisionConfig | None = None,
     ) -> None:
         self.update = update = update or UpdateConfig()
         self.max_staleness = (loop or LoopConfig()).max_staleness
@@ -103,8 +130,23 @@ class PolicyTrainer:
             msg = "a KL penalty (kl_coef > 0) needs the reference model"
             raise ValueError(msg)
         self.ranks = ranks or Ranks.current()
-        self.model: Any = shard_model(model, self.ranks)
-        self.reference = reference
+        self.precision = precision = precision or PrecisionConfig()
+        if precision.cpu_offload and self.ranks.world == 1:
+            msg = (
+                "--cpu-offload offloads the sharded parameters (FSDP2): it needs more than one "
+                "trainer rank (--nproc-per-node 2 or more, or torchrun)"
+            )
+            raise ConfigError(msg)
+        if precision.gradient_checkpointing:
+            _enable_checkpointing(model, lora=self.lora)
+        bf16 = precision.dtype == "bfloat16"
+        self.model: Any = model
+        self.scorer = shard_model(TokenScorer(model), self.ranks, precision)
+        if reference is not None and bf16 and self.ranks.world > 1:
+            reference.to(torch.bfloat16)  # computes as FSDP2's bf16 gathered parameters do
+        self.reference = None if reference is None else TokenScorer(reference)
+        # FSDP2 casts the parameters at world size > 1; a single process autocasts instead
+        self.autocast = bf16 and self.ranks.world == 1
         self.attention: Attention = attention
         self.parameters = trainable(model)
         self.optimizer = torch.optim.AdamW(
@@ -168,25 +210,36 @@ class PolicyTrainer:
         if self.reference is not None:
             return self._logprobs(self.reference, w)
         with self.model.disable_adapter():  # a LoRA model's base model: the initial weights
-            return self._logprobs(self.model, w)
+            return self._logprobs(self.scorer, w)
 
     def _fill_proximal(self, work: list[_Work]) -> None:
         self.model.eval()
         for w in work:
-            w.proximal = self._logprobs(self.model, w)
+            w.proximal = self._logprobs(self.scorer, w)
 
-    def _logprobs(self, model: Any, w: _Work) -> torch.Tensor:
+    def _logprobs(self, scorer: TokenScorer, w: _Work) -> torch.Tensor:
         with torch.no_grad():
-            logp, _ = self._stats(model, w)
+            logp, _ = self._stats(scorer, w)
         return logp
 
-    def _stats(self, model: Any, w: _Work) -> tuple[torch.Tensor, torch.Tensor]:
-        return packed_token_stats(
-            model, w.pack, w.tokens, attention=self.attention, temperature=self.update.temperature
+    def _stats(self, scorer: TokenScorer, w: _Work) -> tuple[torch.Tensor, torch.Tensor]:
+        # the backward runs outside: autocast's own advice, its ops keep their forward's dtype
+        compute = (
+            torch.autocast(scorer.device.type, dtype=torch.bfloat16)
+            if self.autocast
+            else contextlib.nullcontext()
         )
+        with compute:
+            return packed_token_stats(
+                scorer,
+                w.pack,
+                w.tokens,
+                attention=self.attention,
+                temperature=self.update.temperature,
+            )
 
     def _loss(self, w: _Work) -> LossSums:
-        logp, entropy = self._stats(self.model, w)
+        logp, entropy = self._stats(self.scorer, w)
         device = logp.device
         proximal = logp.detach() if w.proximal is None else w.proximal
         return policy_loss(
@@ -198,6 +251,20 @@ class PolicyTrainer:
             entropy=entropy,
             reference=w.reference,
         )
+
+
+def _enable_checkpointing(model: Any, *, lora: bool) -> None:
+    """Activation checkpointing of every decoder layer of `model` (a peft model's base model),
+    non-reentrant: it needs no input that requires grad (a LoRA model's embeddings have none)
+    and composes with FSDP2's hooks."""
+    base = model.get_base_model() if lora else model
+    kwargs = {"use_reentrant": False}
+    # transformers 5 renamed it; 4.x (>= 4.56, the range rltap takes) has the old name only
+    enable = getattr(base, "activation_checkpointing_enable", None)
+    if enable is not None:
+        enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
 def _work(pack: TreePack, tokens: np.ndarray, *, filler: bool = False) -> _Work:
