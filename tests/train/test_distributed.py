@@ -13,15 +13,14 @@ whose gradients are near zero; the metrics differ by at most ~1e-7 relative.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from distributed_testing import backend_of, die_in_rank, fail_in_rank, fixed_packs, train_ranks
+from process_testing import left_behind
 from safetensors.torch import load_file
 
 from rltap.cli.commands import main
@@ -103,22 +102,6 @@ def test_nccl_without_a_gpu_falls_back_to_gloo(capfd: pytest.CaptureFixture[str]
     assert "NCCL needs a GPU" in capfd.readouterr().err
 
 
-def _descendants(pid: int) -> list[str]:
-    """The command lines of `pid`'s processes, their processes and so on (Linux's /proc)."""
-    parents: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError):
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, todo = [], list(parents.get(pid, []))
-    while todo:
-        child = todo.pop()
-        todo.extend(parents.get(child, []))
-        with contextlib.suppress(OSError):
-            found.append((Path("/proc") / str(child) / "cmdline").read_text().replace("\0", " "))
-    return found
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
 def test_rltap_train_runs_on_two_ranks(
@@ -135,10 +118,7 @@ def test_rltap_train_runs_on_two_ranks(
         "--nproc-per-node", "2",
     ]  # fmt: skip
     assert main(argv) == 0
-    # Python's multiprocessing resource tracker (started with the first spawned rank) lives as
-    # long as this process; no rank, launcher or engine process may be left.
-    left = [c for c in _descendants(os.getpid()) if "multiprocessing.resource_tracker" not in c]
-    assert left == [], left
+    assert left_behind(wait=0) == []  # no rank, launcher or engine process
     lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [line["step"] for line in lines] == [1, 2]
     assert [line["version"] for line in lines] == [1.0, 2.0]

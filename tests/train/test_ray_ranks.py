@@ -10,16 +10,15 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 from distributed_testing import fail_in_rank
+from process_testing import left_behind
 from safetensors.torch import load_file
 
 from rltap.cli.commands import build_parser, main
@@ -35,33 +34,6 @@ WAIT_SECONDS = 30.0
 def _config(*options: str) -> TrainConfig:
     argv = ["train", "agent.py:Agent", "--data", "d", "--model", "m", "--out", "run", *options]
     return from_namespace(TrainConfig, build_parser().parse_args(argv))
-
-
-def _descendants(pid: int) -> list[str]:
-    """The command lines of `pid`'s processes, their processes and so on (Linux's /proc)."""
-    parents: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError):
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, todo = [], list(parents.get(pid, []))
-    while todo:
-        child = todo.pop()
-        todo.extend(parents.get(child, []))
-        with contextlib.suppress(OSError):
-            found.append((Path("/proc") / str(child) / "cmdline").read_text().replace("\0", " "))
-    return found
-
-
-def _left_behind() -> list[str]:
-    """This process's descendants once they had `WAIT_SECONDS` to end (a killed process takes a
-    moment), but Python's multiprocessing resource tracker, which lives as long as this one."""
-    deadline = time.monotonic() + WAIT_SECONDS
-    while True:
-        left = [c for c in _descendants(os.getpid()) if "multiprocessing.resource_tracker" not in c]
-        if not left or time.monotonic() > deadline:
-            return left
-        time.sleep(0.5)
 
 
 @pytest.mark.slow
@@ -85,7 +57,7 @@ def test_rltap_train_runs_its_ranks_on_ray_train_workers(
     ]  # fmt: skip
     assert main(argv) == 0
     assert not ray.is_initialized()
-    assert _left_behind() == []
+    assert left_behind(wait=WAIT_SECONDS) == []
     lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [line["step"] for line in lines] == [1, 2]
     assert [line["version"] for line in lines] == [1.0, 2.0]

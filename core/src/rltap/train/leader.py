@@ -22,6 +22,7 @@ the commands above.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -116,6 +117,7 @@ def _brief(args: list[Any]) -> str:
 
 def follow(trainer: PolicyTrainer) -> None:
     """A rank > 0: run rank 0's commands (`RankLeader`) on `trainer` until it stops."""
+    print(f"rank {dist.get_rank()} (pid {os.getpid()}) follows rank 0", file=sys.stderr, flush=True)
     while True:
         box: list[Any] = [None]
         dist.broadcast_object_list(box, src=0)

@@ -355,7 +355,9 @@ def _trainer(config: TrainConfig, checkpoint: Path | None) -> PolicyTrainer:
     if config.update.kl_coef > 0 and not lora.enabled:  # a frozen copy of the initial weights
         reference = AutoModelForCausalLM.from_pretrained(config.model, dtype="float32")
         reference.eval().requires_grad_(False)
-    return PolicyTrainer(model, config.update, config.loop, reference=reference)
+    return PolicyTrainer(
+        model, config.update, config.loop, reference=reference, precision=config.precision
+    )
 
 
 @contextlib.asynccontextmanager

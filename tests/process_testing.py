@@ -1,0 +1,61 @@
+"""What tests that start processes check afterwards: which are still there (Linux's /proc)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from pathlib import Path
+
+# Python's multiprocessing resource tracker, started with the first spawned rank, lives as long
+# as the test process: it is no process of the command under test.
+RESOURCE_TRACKER = "multiprocessing.resource_tracker"
+
+
+def descendant_pids(pid: int) -> list[int]:
+    """`pid`'s processes, their processes and so on."""
+    parents: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], list(parents.get(pid, []))
+    while todo:
+        child = todo.pop()
+        todo.extend(parents.get(child, []))
+        found.append(child)
+    return found
+
+
+def command_line(pid: int) -> str | None:
+    """`pid`'s command line, or None once it has ended (a zombie has none either)."""
+    with contextlib.suppress(OSError):
+        line = (Path("/proc") / str(pid) / "cmdline").read_text().replace("\0", " ").strip()
+        return line or None
+    return None
+
+
+def descendants(pid: int) -> list[str]:
+    """The command lines of `pid`'s processes, their processes and so on."""
+    return [line for child in descendant_pids(pid) if (line := command_line(child)) is not None]
+
+
+def left_behind(pid: int | None = None, wait: float = 30.0) -> list[str]:
+    """`pid`'s (default: this process's) descendants once they had `wait` seconds to end (a
+    killed process takes a moment), but the resource tracker."""
+    deadline = time.monotonic() + wait
+    while True:
+        left = [c for c in descendants(pid or os.getpid()) if RESOURCE_TRACKER not in c]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.5)
+
+
+def still_running(pids: list[int], wait: float = 30.0) -> list[str]:
+    """The command lines of `pids` that are still running after up to `wait` seconds."""
+    deadline = time.monotonic() + wait
+    while True:
+        alive = [line for pid in pids if (line := command_line(pid)) is not None]
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.5)
