@@ -14,6 +14,9 @@ whose gradients are near zero; the metrics differ by at most ~1e-7 relative.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -145,3 +148,24 @@ def test_rltap_train_runs_on_two_ranks(
     assert [line["step"] for line in lines] == [1, 2, 3]
     batch = load_file(str(run / "rollouts" / "step-3" / "batch.safetensors"))
     assert {int(v) for v in batch["versions"][batch["loss_mask"].bool()]} == {2}
+
+
+@pytest.mark.slow
+def test_rltap_train_runs_under_torchrun(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """The same program under torchrun's own ranks (what a run over several nodes starts on
+    each): rltap train joins them instead of launching its own."""
+    run = tmp_path / "run"
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    argv = [
+        *torchrun, "--nproc-per-node", "2", "-m", "rltap.cli",
+        "train", f"{EXAMPLE / 'agent.py'}:Agent", "--data", str(EXAMPLE / "data.jsonl"),
+        "--model", str(tiny_model_dir), "--out", str(run), "--engine", "transformers",
+        "--steps", "1", "--rows-per-step", "1", "--group-size", "2", "--lr", "1e-3",
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [(line["step"], line["version"]) for line in lines] == [(1, 1.0)]
+    shards = sorted(path.name for path in (run / "step-1" / "optimizer").glob("*.distcp"))
+    assert shards == ["__0_0.distcp", "__1_0.distcp"]  # both of torchrun's ranks trained
