@@ -97,3 +97,30 @@ def backend_of(asked: str) -> str:
     """The backend `process_group(asked)` runs."""
     with process_group(asked):  # type: ignore[arg-type]
         return str(torch.distributed.get_backend())
+
+
+def train_precision_ranks(
+    model_dir: str, out: str, precision: dict[str, Any], lr: float = 1e-2
+) -> list[Any]:
+    """`train_ranks` (full fine-tuning, one minibatch) with `PrecisionConfig(**precision)`;
+    rank 0 saves the weights after each step and returns, with the metrics, the step-0
+    logprobs of every pack's generated tokens (the policy's before any update)."""
+    from rltap.config.train import PrecisionConfig
+    from rltap.train.forward import packed_logprobs
+
+    torch.set_num_threads(1)
+    with process_group() as ranks:
+        torch.manual_seed(0)
+        model: Any = AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32")
+        update = UpdateConfig(lr=lr, algo="ppo", micro_batch_tokens=MICRO_BATCH_TOKENS)
+        trainer = PolicyTrainer(model, update, ranks=ranks, precision=PrecisionConfig(**precision))
+        compute = torch.autocast("cpu", dtype=torch.bfloat16, enabled=trainer.autocast)
+        with torch.no_grad(), compute:  # every rank: FSDP2's forward is a collective
+            logprobs = [packed_logprobs(trainer.scorer, pack) for pack in fixed_packs()]
+        metrics = []
+        for step in range(2):
+            metrics.append(trainer.step(fixed_packs(), version=step))
+            weights = full_state_dict(trainer.model)
+            if ranks.rank == 0:
+                torch.save(weights, Path(out) / f"step-{step}.pt")
+        return [metrics, [values.float() for values in logprobs]]

@@ -15,11 +15,12 @@ value every export stores on prompt tokens, so a sum weighted by `loss_mask` sta
 output layer at the tokens' parents only, `chunk_rows` parents at a time. Each chunk's logits,
 log_softmax and chosen-token gather run under `torch.utils.checkpoint` (non-reentrant), so only
 the chunk's `[rows]` results are kept for the backward, which recomputes the chunk's logits: a
-micro-batch never holds a `[parents, vocab]` tensor for its backward (on a 150k vocabulary that
-is 600 kB per parent in fp32, twice over: the logits and the log_softmax; most of the memory of a
-training forward). The entropy, a metric, is computed per chunk without gradient. The scorer is
-what `rltap.train.distributed.shard_model` shards as FSDP2's root, so that its forward's hooks
-gather and reduce every parameter, the output layer's included.
+micro-batch never holds a `[parents, vocab]` tensor for its backward (the log_softmax's output,
+600 kB per parent in fp32 on a 150k vocabulary: most of the memory a training forward keeps; a
+1023-token pack of the tiny model keeps 21.6 MiB instead of 614). The entropy, a metric, is
+computed per chunk without gradient. The scorer is what `rltap.train.distributed.shard_model`
+shards as FSDP2's root, so that its forward's hooks gather and reduce every parameter, the
+output layer's included.
 
 The scorer computes `output_layer(decoder(...))`, which is transformers' causal LMs' own forward
 for the Llama, Qwen and Mistral families; a model whose causal-LM head also rescales or caps
