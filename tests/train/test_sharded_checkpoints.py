@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import torch
-from checkpoint_testing import resume_one_step, save_after_one_step
+from sharded_testing import resume_one_step, save_after_one_step
 from distributed_testing import train_ranks
 from safetensors import safe_open
 from transformers import AutoModelForCausalLM
