@@ -148,26 +148,26 @@ def save_adapter(model: Any, folder: Path) -> None:
 
 def save_optimizer_state(model: torch.nn.Module, optimizer: Any, folder: Path) -> None:
     """`optimizer`'s state into `folder` as DCP shards, each rank its own part."""
-    import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+    from torch.distributed.checkpoint.state_dict_saver import save
 
     state = {"optimizer": get_optimizer_state_dict(model, optimizer)}
     with _single_process_ok():
-        dcp.save(state, checkpoint_id=str(folder), no_dist=_alone())
+        save(state, checkpoint_id=str(folder), no_dist=_alone())
 
 
 def load_optimizer_state(model: torch.nn.Module, optimizer: Any, folder: Path) -> None:
     """Load `folder`'s DCP optimizer state into `optimizer` (over `model`'s parameters, at any
     world size: each rank reads its own part)."""
-    import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import (
         get_optimizer_state_dict,
         set_optimizer_state_dict,
     )
+    from torch.distributed.checkpoint.state_dict_loader import load
 
     state = {"optimizer": get_optimizer_state_dict(model, optimizer)}
     with _single_process_ok():
-        dcp.load(state, checkpoint_id=str(folder), no_dist=_alone())
+        load(state, checkpoint_id=str(folder), no_dist=_alone())
     set_optimizer_state_dict(model, optimizer, optim_state_dict=state["optimizer"])
 
 
