@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 import torch
-from sharded_testing import resume_one_step, save_after_one_step
 from distributed_testing import train_ranks
 from safetensors import safe_open
+from sharded_testing import resume_one_step, save_after_one_step
 from transformers import AutoModelForCausalLM
 
 from rltap.train.gather import INDEX
