@@ -82,11 +82,13 @@ def test_packs_are_dealt_by_token_count() -> None:
     assert sorted(map(id, shares[0] + shares[1])) == sorted(map(id, packs))
 
 
+@pytest.mark.slow
 def test_a_failing_rank_fails_the_launch_naming_it() -> None:
     with pytest.raises(RankFailed, match="rank 1: ValueError: rank 1 fails"):
         launch(fail_in_rank, (1,), 2)
 
 
+@pytest.mark.slow
 def test_a_killed_rank_fails_the_launch_with_its_last_lines(tmp_path: Path) -> None:
     """A rank killed by SIGKILL leaves no error file: the launch names the rank and the signal,
     quotes what it wrote last, and stops the rank waiting for it in a collective."""
@@ -98,6 +100,7 @@ def test_a_killed_rank_fails_the_launch_with_its_last_lines(tmp_path: Path) -> N
     assert list(tmp_path.glob("*/attempt_0/1/stderr.log"))  # the ranks' logs are kept
 
 
+@pytest.mark.slow
 def test_nccl_without_a_gpu_falls_back_to_gloo(capfd: pytest.CaptureFixture[str]) -> None:
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU: NCCL runs")  # the fallback is for CPU machines
