@@ -330,7 +330,10 @@ def ratio_lines(measured: dict[str, Measured]) -> tuple[list[str], dict[str, flo
         lines += [
             f"(a) model + optimizer state per rank, 2 ranks / 1 process: {state:.2f}x, "
             f"{verdict(state, STATE_GOAL)}",
-            f"(a) peak RSS per rank, 2 ranks / 1 process: {peak:.2f}x, {verdict(peak, STATE_GOAL)}",
+            # The goal is on the state; the peak also holds a micro-batch's activations, which
+            # are as large on each rank as in one process (the same --micro-batch-tokens).
+            f"(a) peak RSS per rank, 2 ranks / 1 process: {peak:.2f}x (measured; the goal is on "
+            "the state: a micro-batch's activations are the same size on every rank)",
             f"(b) step time, 2 ranks (1 thread each) / 1 process (1 thread): {seconds:.2f}x, "
             f"{verdict(seconds, TIME_GOAL)}",
         ]
