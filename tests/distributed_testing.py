@@ -51,8 +51,11 @@ def fixed_packs() -> list[TreePack]:
     return packs
 
 
-def train_ranks(model_dir: str, out: str, lora_rank: int, minibatches: int) -> list[Any]:
-    """Two steps on `fixed_packs()` in this rank; rank 0 saves the weights after each."""
+def train_ranks(
+    model_dir: str, out: str, lora_rank: int, minibatches: int, kl_coef: float = 0.0
+) -> list[Any]:
+    """Two steps on `fixed_packs()` in this rank; rank 0 saves the weights after each. With
+    `kl_coef`, a KL penalty to the initial model (a reference model, sharded as the policy)."""
     torch.set_num_threads(1)
     with process_group() as ranks:
         torch.manual_seed(0)
@@ -60,9 +63,17 @@ def train_ranks(model_dir: str, out: str, lora_rank: int, minibatches: int) -> l
         if lora_rank:
             model = lora_model(model, LoraConfig(lora_rank=lora_rank), base=model_dir)
         update = UpdateConfig(
-            lr=1e-2, algo="ppo", minibatches=minibatches, micro_batch_tokens=MICRO_BATCH_TOKENS
+            lr=1e-2,
+            algo="ppo",
+            minibatches=minibatches,
+            micro_batch_tokens=MICRO_BATCH_TOKENS,
+            kl_coef=kl_coef,
         )
-        trainer = PolicyTrainer(model, update, ranks=ranks)
+        reference = None
+        if kl_coef and not lora_rank:  # a LoRA model's reference is its base model
+            reference = AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32")
+            reference.eval().requires_grad_(False)
+        trainer = PolicyTrainer(model, update, ranks=ranks, reference=reference)
         metrics = []
         for step in range(2):
             metrics.append(trainer.step(fixed_packs(), version=step))

@@ -36,9 +36,11 @@ WEIGHTS_ATOL = 5e-5
 METRICS_RTOL = 1e-5
 
 
-def _run(model_dir: Path, out: Path, world: int, lora_rank: int, minibatches: int) -> Any:
+def _run(
+    model_dir: Path, out: Path, world: int, lora_rank: int, minibatches: int, kl_coef: float
+) -> Any:
     out.mkdir()
-    args = (str(model_dir), str(out), lora_rank, minibatches)
+    args = (str(model_dir), str(out), lora_rank, minibatches, kl_coef)
     if world == 1:  # the same program in this process, without a process group
         threads = torch.get_num_threads()
         try:
@@ -50,18 +52,19 @@ def _run(model_dir: Path, out: Path, world: int, lora_rank: int, minibatches: in
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("lora_rank", "minibatches"),
+    ("lora_rank", "minibatches", "kl_coef"),
     [
-        pytest.param(0, 1, id="full"),
-        pytest.param(4, 1, id="lora"),
-        pytest.param(0, 2, id="minibatches-2"),
+        pytest.param(0, 1, 0.0, id="full"),
+        pytest.param(4, 1, 0.0, id="lora"),
+        pytest.param(0, 2, 0.0, id="minibatches-2"),
+        pytest.param(0, 1, 0.1, id="kl-reference"),
     ],
 )
 def test_two_ranks_train_as_one_process(
-    tiny_model_dir: Path, tmp_path: Path, lora_rank: int, minibatches: int
+    tiny_model_dir: Path, tmp_path: Path, lora_rank: int, minibatches: int, kl_coef: float
 ) -> None:
-    one = _run(tiny_model_dir, tmp_path / "one", 1, lora_rank, minibatches)
-    two = _run(tiny_model_dir, tmp_path / "two", 2, lora_rank, minibatches)
+    one = _run(tiny_model_dir, tmp_path / "one", 1, lora_rank, minibatches, kl_coef)
+    two = _run(tiny_model_dir, tmp_path / "two", 2, lora_rank, minibatches, kl_coef)
     assert two[0] == two[1]  # every rank reports the step's metrics over all ranks
     for step in range(2):
         for name, value in one[0][step].items():

@@ -26,14 +26,14 @@
    the AdamW step. The metrics are summed over the ranks.
 
 At world size > 1 (a process group, `rltap.train.distributed`) the model's `TokenScorer` is
-sharded with FSDP2 when the trainer is built; a KL reference model stays whole on each rank.
+sharded with FSDP2 when the trainer is built, and so is a KL reference model's.
 
 Precision and memory (`PrecisionConfig`):
 
 - `dtype="bfloat16"`: bf16 compute, fp32 master weights, gradients and AdamW state. At world
   size > 1 that is FSDP2's mixed precision (`shard_model`): the gathered parameters are bf16
   and every op of the forward and backward runs in bf16, the gradients are reduced in fp32;
-  the KL reference model is cast to bf16, so that it computes as the policy does. At world size
+  the KL reference model, sharded the same way, computes as the policy does. At world size
   1 there is no FSDP2 to cast the parameters: each forward (policy, proximal, reference) runs
   under `torch.autocast(bf16)` over the fp32 model, which runs the matmuls in bf16 and keeps
   the norms, softmaxes and residual sums in fp32 (a little closer to fp32 than FSDP2's bf16;
@@ -142,9 +142,11 @@ class PolicyTrainer:
         bf16 = precision.dtype == "bfloat16"
         self.model: Any = model
         self.scorer = shard_model(TokenScorer(model), self.ranks, precision)
-        if reference is not None and bf16 and self.ranks.world > 1:
-            reference.to(torch.bfloat16)  # computes as FSDP2's bf16 gathered parameters do
-        self.reference = None if reference is None else TokenScorer(reference)
+        # The KL reference is sharded as the policy is (its gathers, and with bf16 its cast):
+        # frozen, it has no gradient or optimizer state, but whole it would cost each rank a copy.
+        self.reference = None
+        if reference is not None:
+            self.reference = shard_model(TokenScorer(reference), self.ranks, precision)
         # FSDP2 casts the parameters at world size > 1; a single process autocasts instead
         self.autocast = bf16 and self.ranks.world == 1
         self.attention: Attention = attention
