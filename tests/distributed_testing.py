@@ -9,18 +9,20 @@ function, without a process group.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 from rltap.config import LoraConfig, UpdateConfig
 from rltap.record.pack import TreePack, pack_interactions
 from rltap.testing.packs import recorded_call as call
-from rltap.train.distributed import full_state_dict
+from rltap.train.distributed import Ranks, full_state_dict
 from rltap.train.launcher import process_group
 from rltap.train.lora import lora_model
 from rltap.train.trainer import PolicyTrainer
@@ -51,6 +53,33 @@ def fixed_packs() -> list[TreePack]:
     return packs
 
 
+def two_steps(trainer: PolicyTrainer, ranks: Ranks, out: str) -> list[dict[str, float]]:
+    """Two steps on `fixed_packs()`; rank 0 writes the whole state dict after each
+    (`OUT/step-K.pt`); the steps' metrics."""
+    metrics = []
+    for step in range(2):
+        metrics.append(trainer.step(fixed_packs(), version=step))
+        weights = full_state_dict(trainer.model)
+        if ranks.rank == 0:
+            torch.save(weights, Path(out) / f"step-{step}.pt")
+    return metrics
+
+
+def assert_two_steps_trained(run: Path, model_dir: Path) -> None:
+    """What a 2-step `rltap train` run on the tiny model leaves in RUN: a metrics line per step
+    with its version, step 2's episodes on the weights of step 1's sync, and a checkpoint of
+    the trained weights, whole."""
+    lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines] == [1, 2]
+    assert [line["version"] for line in lines] == [1.0, 2.0]
+    assert all(line["tokens"] > 0 for line in lines)
+    batch = load_file(str(run / "rollouts" / "step-2" / "batch.safetensors"))
+    assert {int(v) for v in batch["versions"][batch["loss_mask"].bool()]} == {1}
+    saved = AutoModelForCausalLM.from_pretrained(str(run / "step-2")).state_dict()
+    initial = AutoModelForCausalLM.from_pretrained(str(model_dir)).state_dict()
+    assert any(not torch.equal(value, initial[name]) for name, value in saved.items())
+
+
 def train_ranks(
     model_dir: str, out: str, lora_rank: int, minibatches: int, kl_coef: float = 0.0
 ) -> list[Any]:
@@ -74,13 +103,7 @@ def train_ranks(
             reference = AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32")
             reference.eval().requires_grad_(False)
         trainer = PolicyTrainer(model, update, ranks=ranks, reference=reference)
-        metrics = []
-        for step in range(2):
-            metrics.append(trainer.step(fixed_packs(), version=step))
-            weights = full_state_dict(trainer.model)
-            if ranks.rank == 0:
-                torch.save(weights, Path(out) / f"step-{step}.pt")
-        return metrics
+        return two_steps(trainer, ranks, out)
 
 
 def fail_in_rank(failing: int) -> None:
@@ -128,10 +151,4 @@ def train_precision_ranks(
         compute = torch.autocast("cpu", dtype=torch.bfloat16, enabled=trainer.autocast)
         with torch.no_grad(), compute:  # every rank: FSDP2's forward is a collective
             logprobs = [packed_logprobs(trainer.scorer, pack) for pack in fixed_packs()]
-        metrics = []
-        for step in range(2):
-            metrics.append(trainer.step(fixed_packs(), version=step))
-            weights = full_state_dict(trainer.model)
-            if ranks.rank == 0:
-                torch.save(weights, Path(out) / f"step-{step}.pt")
-        return [metrics, [values.float() for values in logprobs]]
+        return [two_steps(trainer, ranks, out), [values.float() for values in logprobs]]

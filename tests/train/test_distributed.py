@@ -22,7 +22,14 @@ from typing import Any
 
 import pytest
 import torch
-from distributed_testing import backend_of, die_in_rank, fail_in_rank, fixed_packs, train_ranks
+from distributed_testing import (
+    assert_two_steps_trained,
+    backend_of,
+    die_in_rank,
+    fail_in_rank,
+    fixed_packs,
+    train_ranks,
+)
 from process_testing import left_behind
 from safetensors.torch import load_file
 
@@ -128,23 +135,7 @@ def test_rltap_train_runs_on_two_ranks(
     ]  # fmt: skip
     assert main(argv) == 0
     assert left_behind(wait=0) == []  # no rank, launcher or engine process
-    lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [line["step"] for line in lines] == [1, 2]
-    assert [line["version"] for line in lines] == [1.0, 2.0]
-    assert all(line["tokens"] > 0 for line in lines)
-    # step 2's episodes ran on the weights of step 1's sync, gathered from both ranks
-    batch = load_file(str(run / "rollouts" / "step-2" / "batch.safetensors"))
-    assert {int(v) for v in batch["versions"][batch["loss_mask"].bool()]} == {1}
-    from transformers import AutoModelForCausalLM
-
-    saved = AutoModelForCausalLM.from_pretrained(str(run / "step-2"))
-    initial = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir))
-    changed = [
-        name
-        for name, value in saved.state_dict().items()
-        if not torch.equal(value, initial.state_dict()[name])
-    ]
-    assert changed  # the checkpoint holds the trained weights, whole
+    assert_two_steps_trained(run, tiny_model_dir)
     # AdamW's state: one DCP shard per rank
     shards = sorted(path.name for path in (run / "step-2" / "optimizer").glob("*.distcp"))
     assert shards == ["__0_0.distcp", "__1_0.distcp"]

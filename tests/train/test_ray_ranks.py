@@ -10,16 +10,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import torch
-from distributed_testing import fail_in_rank
+from distributed_testing import assert_two_steps_trained, fail_in_rank
 from process_testing import left_behind
-from safetensors.torch import load_file
 
 from rltap.cli.commands import build_parser, main
 from rltap.config import ConfigError, TrainConfig, from_namespace
@@ -58,23 +55,7 @@ def test_rltap_train_runs_its_ranks_on_ray_train_workers(
     assert main(argv) == 0
     assert not ray.is_initialized()
     assert left_behind(wait=WAIT_SECONDS) == []
-    lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [line["step"] for line in lines] == [1, 2]
-    assert [line["version"] for line in lines] == [1.0, 2.0]
-    assert all(line["tokens"] > 0 for line in lines)
-    # step 2's episodes ran on the actor's engine with the weights of step 1's sync
-    batch = load_file(str(run / "rollouts" / "step-2" / "batch.safetensors"))
-    assert {int(v) for v in batch["versions"][batch["loss_mask"].bool()]} == {1}
-    from transformers import AutoModelForCausalLM
-
-    saved = AutoModelForCausalLM.from_pretrained(str(run / "step-2"))
-    initial = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir))
-    changed = [
-        name
-        for name, value in saved.state_dict().items()
-        if not torch.equal(value, initial.state_dict()[name])
-    ]
-    assert changed  # the checkpoint holds the trained weights, whole
+    assert_two_steps_trained(run, tiny_model_dir)
     assert any((run / "ray-train").iterdir())  # Ray Train's own files, in the run folder
 
 
