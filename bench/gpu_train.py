@@ -11,13 +11,12 @@ What it runs (bench/gpu_train.sh is the one command; it checks for a GPU first):
    package) in --out;
 2. the engine: `rltap.engines.TransformersEngine` on a bf16 copy of the weights, on the same GPU;
 3. the trainer: `PolicyTrainer` with `PrecisionConfig(dtype="bfloat16",
-   gradient_checkpointing=True)` in a one-rank NCCL process group; rltap shards only across
-   ranks (at world size 1 it autocasts the fp32 model to bf16), so with `--fsdp` (the default)
-   the trainer's `TokenScorer` is sharded here as `rltap.train.distributed.shard_model` does
-   at world size > 1: `fully_shard` per decoder layer, then the root, with
-   `MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)`, over a mesh of one GPU (fp32
-   master weights, gradients and AdamW state; bf16 gathered parameters and compute); `--no-fsdp`
-   keeps rltap's own world-size-1 path;
+   gradient_checkpointing=True)`; with `--fsdp` (the default) in a one-rank NCCL process
+   group, over which rltap shards the trainer's `TokenScorer` (`shard_model`: `fully_shard`
+   per decoder layer, then the root, `MixedPrecisionPolicy(param_dtype=bf16,
+   reduce_dtype=fp32)`: fp32 master weights, gradients and AdamW state, bf16 gathered
+   parameters and compute); `--no-fsdp` runs without a process group (rltap autocasts the
+   fp32 model to bf16);
 4. each step: `--prompts` random prompts of `--prompt-tokens` tokens, `--group-size` samples
    each of `--new-tokens` tokens (no end token: every sample is that long) through the engine at
    T=1, one tree pack per prompt (the recorded logprobs as the behaviour policy, a toy reward:
@@ -161,35 +160,6 @@ def one_rank_group(device: str) -> None:
     dist.init_process_group("nccl" if device == "cuda" else "gloo")
 
 
-def shard_one_gpu(trainer: Any, lr: float, weight_decay: float, device: str) -> None:
-    """The trainer's `TokenScorer` sharded with FSDP2 over a one-GPU mesh, as `shard_model`
-    does across ranks (each decoder layer, then the root; bf16 parameters, fp32 reduction), its
-    autocast off (FSDP2 casts) and AdamW rebuilt on the sharded parameters."""
-    import torch
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
-    from rltap.train.distributed import decoder_layers
-    from rltap.train.lora import trainable
-
-    mesh = init_device_mesh(device, (1,))
-    mixed = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    for layer in decoder_layers(trainer.scorer):
-        fully_shard(layer, mesh=mesh, mp_policy=mixed)
-    fully_shard(trainer.scorer, mesh=mesh, mp_policy=mixed)
-    trainer.autocast = False
-    trainer.parameters = trainable(trainer.model)
-    trainer.optimizer = torch.optim.AdamW(trainer.parameters, lr=lr, weight_decay=weight_decay)
-
-
-def full_weights(model: Any) -> dict[str, Any]:
-    """The model's state dict with each DTensor (FSDP2's shards) gathered whole."""
-    return {
-        name: value.full_tensor() if hasattr(value, "full_tensor") else value
-        for name, value in model.state_dict().items()
-    }
-
-
 async def rollout(engine: Any, args: argparse.Namespace, step: int, vocab: int) -> list[Any]:
     """One tree pack per prompt: `group_size` samples of a random prompt, rewarded by the share
     of even token ids in the reply (a toy reward: it varies, so advantages do)."""
@@ -274,7 +244,8 @@ async def build(args: argparse.Namespace, console: Any) -> tuple[Any, Any, Any]:
 
     config = model_config(args.layers, tiny=args.cpu_check)
     folder = write_model_folder(config, Path(args.out))
-    one_rank_group(args.device)
+    if args.fsdp:  # rltap's trainer shards over a process group, here one of one rank
+        one_rank_group(args.device)
     torch.manual_seed(0)
     started = time.perf_counter()
     with console.status("building the random model on the GPU"), torch.device(args.device):
@@ -286,8 +257,6 @@ async def build(args: argparse.Namespace, console: Any) -> tuple[Any, Any, Any]:
     precision = PrecisionConfig(dtype="bfloat16", gradient_checkpointing=True)
     update = UpdateConfig(lr=args.lr, micro_batch_tokens=args.micro_batch_tokens)
     trainer = PolicyTrainer(model, update, precision=precision)
-    if args.fsdp:
-        shard_one_gpu(trainer, update.lr, update.weight_decay, args.device)
     engine = TransformersEngine(
         engine_model,
         tokenizer=str(folder),
@@ -304,6 +273,8 @@ async def build(args: argparse.Namespace, console: Any) -> tuple[Any, Any, Any]:
 async def one_step(args: argparse.Namespace, step: int, vocab: int, trainer: Any,
                    engine: Any) -> dict[str, float]:  # fmt: skip
     """Rollout, train, sync: their seconds, tokens per second and peak GPU memory."""
+    from rltap.train.distributed import full_state_dict
+
     gpu = GpuMemory(args.device)
     gpu.reset()
     t0 = time.perf_counter()
@@ -317,7 +288,7 @@ async def one_step(args: argparse.Namespace, step: int, vocab: int, trainer: Any
     gpu.synchronize()
     t2 = time.perf_counter()
     train_peak = gpu.peak()
-    await engine.update_weights(full_weights(trainer.model), version=step)
+    await engine.update_weights(full_state_dict(trainer.model), version=step)
     gpu.synchronize()
     t3 = time.perf_counter()
     trained = sum(len(p) for p in packs)

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 from safetensors.torch import load_file
+from torch.distributed.fsdp import FSDPModule
 from transformers import AutoModelForCausalLM
 
 from rltap.config import LoraConfig, UpdateConfig
@@ -103,6 +104,8 @@ def train_ranks(
             reference = AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32")
             reference.eval().requires_grad_(False)
         trainer = PolicyTrainer(model, update, ranks=ranks, reference=reference)
+        # under a launcher, even alone, the trainer runs FSDP2
+        assert isinstance(trainer.scorer, FSDPModule) == ranks.group
         return two_steps(trainer, ranks, out)
 
 

@@ -84,6 +84,24 @@ def test_two_ranks_train_as_one_process(
     assert one[0][0]["tokens"] == sum(int(p.loss_mask.sum()) for p in fixed_packs())
 
 
+@pytest.mark.slow
+def test_one_launched_rank_shards_over_its_group_of_one_and_trains_as_one_process(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """Under a launcher (torchrun --nproc-per-node 1) the single rank gets a process group and
+    the model is sharded over it (FSDP2's precision and offload apply on one GPU): the same
+    steps as without one."""
+    one = _run(tiny_model_dir, tmp_path / "one", 1, 0, 1, 0.0)
+    (tmp_path / "group").mkdir()
+    args = (str(tiny_model_dir), str(tmp_path / "group"), 0, 1, 0.0)
+    grouped = launch(train_ranks, args, 1)
+    for name, value in one[0][1].items():
+        assert grouped[0][1][name] == pytest.approx(value, rel=METRICS_RTOL, abs=1e-9), name
+    alone = torch.load(tmp_path / "one" / "step-1.pt")
+    sharded = torch.load(tmp_path / "group" / "step-1.pt")
+    assert max(float((alone[k] - sharded[k]).abs().max()) for k in alone) <= WEIGHTS_ATOL
+
+
 def test_packs_are_dealt_by_token_count() -> None:
     packs = fixed_packs()  # 13, 23, 29, 16 and 26 tokens
     shares = [Ranks(rank, 2).deal(packs) for rank in range(2)]

@@ -45,17 +45,25 @@ M = TypeVar("M", bound=torch.nn.Module)
 
 @dataclass(frozen=True, slots=True)
 class Ranks:
-    """This process's place among the trainer ranks: `rank` of `world` (world 1 needs no
-    process group). `current()` reads the initialized process group, if any."""
+    """This process's place among the trainer ranks: `rank` of `world`, and whether a process
+    group joins them (`group`; world 1 needs none). `current()` reads the initialized process
+    group, if any."""
 
     rank: int = 0
     world: int = 1
+    group: bool = False
+
+    @property
+    def sharded(self) -> bool:
+        """Whether the trainer's model is sharded (FSDP2): over a process group, even one of a
+        single rank (a launcher's: on one GPU FSDP2 still casts to bf16 and offloads)."""
+        return self.group or self.world > 1
 
     @classmethod
     def current(cls) -> Ranks:
         """The default process group's rank and size, or rank 0 of 1 without one."""
         if dist.is_available() and dist.is_initialized():
-            return cls(dist.get_rank(), dist.get_world_size())
+            return cls(dist.get_rank(), dist.get_world_size(), group=True)
         return cls()
 
     def deal(self, pieces: Sequence[TreePack]) -> list[TreePack]:
@@ -112,10 +120,10 @@ def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
 def shard_model(model: M, ranks: Ranks, precision: PrecisionConfig | None = None) -> M:
     """`model` sharded over the default process group with FSDP2: each decoder layer, then the
     root, every gradient summed over the ranks (not averaged), after `precision`'s dtype and
-    offload; `model` itself at world 1. `model` is the module whose forward the trainer calls
-    (its `TokenScorer`): a submodule called from outside the root's forward would run without
-    FSDP2's gathers and gradient reduction."""
-    if ranks.world == 1:
+    offload; `model` itself without a process group. `model` is the module whose forward the
+    trainer calls (its `TokenScorer`): a submodule called from outside the root's forward would
+    run without FSDP2's gathers and gradient reduction."""
+    if not ranks.sharded:
         return model
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import (
@@ -148,7 +156,7 @@ def shard_model(model: M, ranks: Ranks, precision: PrecisionConfig | None = None
 def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """`model`'s whole state dict on the CPU, gathered from the ranks onto rank 0 (a collective:
     every rank calls it; the others get an empty dict). At world 1, `model.state_dict()`."""
-    if Ranks.current().world == 1:
+    if not Ranks.current().sharded:
         return model.state_dict()
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 

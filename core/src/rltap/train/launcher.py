@@ -52,12 +52,13 @@ def process_group(backend: Backend = "auto", timeout: float | None = None) -> It
     """This process as a rank of the group a launcher started (env:// rendezvous; `backend`
     "auto": NCCL when a GPU is visible, else gloo), destroyed on exit; a group already
     initialized (by Ray Train, say) is used as it is and left to its maker; without a
-    launcher's `WORLD_SIZE`, rank 0 of 1 and no group. `timeout`: seconds a collective may
-    wait (torch's default without)."""
+    launcher's `WORLD_SIZE`, rank 0 of 1 and no group (a launcher's single rank gets a group of
+    one: the trainer shards over it, FSDP2's precision and offload applying on one GPU).
+    `timeout`: seconds a collective may wait (torch's default without)."""
     if dist.is_available() and dist.is_initialized():
         yield Ranks.current()
         return
-    if int(os.environ.get("WORLD_SIZE", "1")) == 1:
+    if "WORLD_SIZE" not in os.environ:
         yield Ranks()
         return
     chosen = _backend(backend)

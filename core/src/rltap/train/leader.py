@@ -15,9 +15,9 @@ itself. The other ranks only `follow`: they wait for the next command and run it
   its own part (a checkpoint, and resuming one at any world size);
 - `stop()`: the followers return.
 
-`weights()` is what a weight sync pushes and a checkpoint saves: the trainer's model itself at
-world size 1, else a `ShardedModel`, rank 0's handle whose `save_pretrained` and `adapter` run
-the commands above.
+`weights()` is what a weight sync pushes and a checkpoint saves: the trainer's model itself
+without a process group, else a `ShardedModel`, rank 0's handle whose `save_pretrained` and
+`adapter` run the commands above.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ class RankLeader:
 
     def weights(self) -> Any:
         """The weights to push or save: the model (world size 1), or a `ShardedModel`."""
-        if self.ranks.world == 1:
+        if not self.ranks.sharded:
             return self.trainer.model
         return ShardedModel(self)
 

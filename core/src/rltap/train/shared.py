@@ -51,7 +51,7 @@ def shares_model(config: TrainConfig, model: torch.nn.Module) -> bool:
     engine = config.serve.engine
     if engine.engine != "transformers" or config.ray.ray is not None:
         return False
-    if Ranks.current().world > 1:
+    if Ranks.current().sharded:
         return False
     if config.loop.async_rollouts:
         return False

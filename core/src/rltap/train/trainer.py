@@ -131,7 +131,7 @@ class PolicyTrainer:
             raise ValueError(msg)
         self.ranks = ranks or Ranks.current()
         self.precision = precision = precision or PrecisionConfig()
-        if precision.cpu_offload and self.ranks.world == 1:
+        if precision.cpu_offload and not self.ranks.sharded:
             msg = (
                 "--cpu-offload offloads the sharded parameters (FSDP2): it needs more than one "
                 "trainer rank (--nproc-per-node 2 or more, or torchrun)"
@@ -147,8 +147,8 @@ class PolicyTrainer:
         self.reference = None
         if reference is not None:
             self.reference = shard_model(TokenScorer(reference), self.ranks, precision)
-        # FSDP2 casts the parameters at world size > 1; a single process autocasts instead
-        self.autocast = bf16 and self.ranks.world == 1
+        # FSDP2 casts the parameters of a sharded model; a single process autocasts instead
+        self.autocast = bf16 and not self.ranks.sharded
         self.attention: Attention = attention
         self.parameters = trainable(model)
         self.optimizer = torch.optim.AdamW(
