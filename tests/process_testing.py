@@ -35,17 +35,20 @@ def command_line(pid: int) -> str | None:
     return None
 
 
-def descendants(pid: int) -> list[str]:
-    """The command lines of `pid`'s processes, their processes and so on."""
-    return [line for child in descendant_pids(pid) if (line := command_line(child)) is not None]
-
-
-def left_behind(pid: int | None = None, wait: float = 30.0) -> list[str]:
-    """`pid`'s (default: this process's) descendants once they had `wait` seconds to end (a
-    killed process takes a moment), but the resource tracker."""
+def left_behind(before: set[int], wait: float = 30.0) -> list[str]:
+    """This process's descendants that were not among `before` (its descendants when the
+    command under test started: other tests' servers may live on in the same pytest worker),
+    once they had `wait` seconds to end (a killed process takes a moment), but the resource
+    tracker."""
     deadline = time.monotonic() + wait
     while True:
-        left = [c for c in descendants(pid or os.getpid()) if RESOURCE_TRACKER not in c]
+        left = [
+            line
+            for pid in descendant_pids(os.getpid())
+            if pid not in before
+            and (line := command_line(pid)) is not None
+            and RESOURCE_TRACKER not in line
+        ]
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.5)

@@ -30,7 +30,7 @@ from distributed_testing import (
     fixed_packs,
     train_ranks,
 )
-from process_testing import left_behind
+from process_testing import descendant_pids, left_behind
 from safetensors.torch import load_file
 
 from rltap.cli.commands import main
@@ -151,8 +151,9 @@ def test_rltap_train_runs_on_two_ranks(
         "--steps", "2", "--rows-per-step", "1", "--group-size", "2", "--lr", "1e-3",
         "--nproc-per-node", "2",
     ]  # fmt: skip
+    before = set(descendant_pids(os.getpid()))
     assert main(argv) == 0
-    assert left_behind(wait=0) == []  # no rank, launcher or engine process
+    assert left_behind(before, wait=0) == []  # no rank, launcher or engine process
     assert_two_steps_trained(run, tiny_model_dir)
     # AdamW's state: one DCP shard per rank
     shards = sorted(path.name for path in (run / "step-2" / "optimizer").glob("*.distcp"))

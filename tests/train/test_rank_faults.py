@@ -19,7 +19,7 @@ from process_testing import descendant_pids, still_running
 from safetensors.torch import load_file
 
 from rltap.cli.commands import main
-from rltap.train.loop import RANK_LOGS
+from rltap.train.command import RANK_LOGS
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_toy"
 # What rank 1 logs as it starts training on the packs of version 1: step 2's update.

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from distributed_testing import assert_two_steps_trained, fail_in_rank
-from process_testing import left_behind
+from process_testing import descendant_pids, left_behind
 
 from rltap.cli.commands import build_parser, main
 from rltap.config import ConfigError, TrainConfig, from_namespace
@@ -52,9 +52,10 @@ def test_rltap_train_runs_its_ranks_on_ray_train_workers(
         "--steps", "2", "--rows-per-step", "1", "--group-size", "2", "--lr", "1e-3",
         "--nproc-per-node", "2", "--ray", "local", "--replicas", "1", "--actor-cpus", "0",
     ]  # fmt: skip
+    before = set(descendant_pids(os.getpid()))
     assert main(argv) == 0
     assert not ray.is_initialized()
-    assert left_behind(wait=WAIT_SECONDS) == []
+    assert left_behind(before, wait=WAIT_SECONDS) == []
     assert_two_steps_trained(run, tiny_model_dir)
     assert any((run / "ray-train").iterdir())  # Ray Train's own files, in the run folder
 

@@ -31,7 +31,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from rltap.train.loop import print_run
+from rltap.train.command import print_run
 from rltap.train.run_dir import updates_logged
 
 __all__ = [

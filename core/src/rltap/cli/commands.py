@@ -190,7 +190,7 @@ def _add_train_command(subparsers: _Subparsers) -> None:
 
 def _train(args: argparse.Namespace) -> int:
     _require_server("train")
-    from rltap.train.loop import train_command
+    from rltap.train.command import train_command
 
     return train_command(_parsed(TrainConfig, args))
 

@@ -49,10 +49,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import statistics
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,10 +60,8 @@ import torch
 import torch.distributed as dist
 from rich.console import Console
 from rich.progress import Progress
-from rich.table import Table
 
 from rltap.config import TrainConfig
-from rltap.record.errors import RltapError
 from rltap.record.pack import TreePack
 from rltap.record.sampling import EpisodeSampling, derive_seed
 from rltap.rollout.batch import RolloutSummary
@@ -73,7 +70,6 @@ from rltap.rollout.progress import progress_display
 from rltap.rollout.ray import ray_training
 from rltap.rollout.runner import load_rows, run_rollout
 from rltap.train.distributed import Ranks
-from rltap.train.launcher import RankFailed, launch, process_group
 from rltap.train.leader import RankLeader, follow
 from rltap.train.lora import LoraMismatch, is_adapter_folder, lora_model
 from rltap.train.memory import trim_heap
@@ -86,16 +82,8 @@ __all__ = [
     "TrainSummary",
     "TrainingFailed",
     "follow_training",
-    "print_run",
-    "rank_command",
     "run_training",
-    "train_command",
-    "train_table",
 ]
-
-
-# Where `--nproc-per-node`'s ranks keep their output, in the run folder.
-RANK_LOGS = "ranks"
 
 
 class TrainingFailed(RuntimeError):
@@ -386,96 +374,3 @@ async def _local_serving(
     async with local_training(config, model, sync_dir, tokenizer=tokenizer) as local:
         loop.exclusive = local.exclusive
         yield local.workflow, local.sync
-
-
-def train_table(run: RunDir) -> Table:
-    """The run's steps: reward, KL, entropy, tokens and where the time went."""
-    table = Table(title=f"rltap train: {run.path}")
-    rows = run.metrics()
-    evaluated = any("eval_reward" in m for m in rows)
-    columns = ("step", "reward", "std", *(("eval",) if evaluated else ()), "kl", "entropy")
-    for column in (*columns, "tokens", "stale", "rollout s", "train s", "sync s"):
-        table.add_column(column, justify="right")
-    for m in rows:
-        score = (f"{m['eval_reward']:.3f}" if "eval_reward" in m else "",) if evaluated else ()
-        if m["step"] == 0:  # the held-out evaluation before the first update only
-            table.add_row("0", "", "", *score, *[""] * 7)
-            continue
-        table.add_row(
-            str(m["step"]), f"{m['reward_mean']:.3f}", f"{m['reward_std']:.3f}", *score,
-            f"{m['kl']:.4f}", f"{m['entropy']:.2f}", f"{m['tokens']:.0f}",
-            f"{m['stale_tokens']:.0f}", f"{m['rollout_seconds']:.1f}",
-            f"{m['train_seconds']:.1f}", f"{m['sync_seconds']:.2f}",
-        )  # fmt: skip
-    return table
-
-
-def print_run(
-    out: Console,
-    run_dir: Path,
-    *,
-    label: str = "run files",
-    shown: Callable[[Path], str] = str,
-) -> None:
-    """The run's train table and where its files are: what `rltap train` and `rltap demo` end
-    with (`shown` formats the folder, e.g. relative to the working directory)."""
-    with RunDir(run_dir) as run:
-        out.print(train_table(run))
-        last = run.last_checkpoint()
-        checkpoint = f", {last.path.name}/" if last else ""
-        files = f"metrics.jsonl, tensorboard/, reward.png{checkpoint}"
-        out.print(f"{label}: {shown(run.path)} ({files})")
-
-
-def train_command(config: TrainConfig) -> int:
-    """`rltap train`: the loop in each trainer rank (`--nproc-per-node` of them, launched here
-    unless a launcher such as torchrun started this process), then the table of its steps and
-    where its files are. With `--ray` the ranks are Ray Train workers on the cluster
-    (`rltap.train.ray_ranks`)."""
-    nproc = config.ranks.nproc_per_node
-    if nproc == 1 or "TORCHELASTIC_RUN_ID" in os.environ:
-        return rank_command(config)
-    try:
-        if config.ray.ray is None:
-            return launch(rank_command, (config,), nproc, log_dir=Path(config.out) / RANK_LOGS)[0]
-        from rltap.train.ray_ranks import train_on_ray
-
-        train_on_ray(config)
-    except RankFailed as exc:
-        Console(stderr=True).print(f"[red]rltap train: {exc}")
-        return 1
-    print_run(Console(), Path(config.out))
-    return 0
-
-
-def rank_command(config: TrainConfig) -> int:
-    """One trainer rank of `rltap train` (the only one at world size 1)."""
-    from transformers.utils import logging as transformers_logging
-
-    # save_pretrained draws a "Writing model shards" bar at every checkpoint and vLLM sync push.
-    transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
-    console = Console(stderr=True)
-    with process_group(config.ranks.dist_backend, config.ranks.rank_timeout) as ranks:
-        if ranks.world > 1:
-            _check_sharded(config, ranks)
-        if ranks.rank > 0:
-            follow_training(config)
-            return 0
-        try:
-            summary = asyncio.run(run_training(config, console, ranks))
-        except TrainingFailed as exc:
-            console.print(f"[red]rltap train: {exc}")
-            return 1
-    print_run(Console(), Path(summary.run_dir))
-    return 0
-
-
-def _check_sharded(config: TrainConfig, ranks: Ranks) -> None:
-    """What ranks another launcher started (torchrun's) cannot do: --ray, whose ranks are Ray
-    Train's (`rltap train --ray --nproc-per-node N`, `rltap.train.ray_ranks`)."""
-    if config.ray.ray is not None:
-        msg = (
-            f"rltap train on {ranks.world} ranks of another launcher: --ray runs its trainer "
-            "ranks itself, as Ray Train workers: rltap train --ray --nproc-per-node N"
-        )
-        raise RltapError(msg)

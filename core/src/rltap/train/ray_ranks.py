@@ -42,7 +42,6 @@ Ray is the `rltap[ray]` extra: this module imports it only when used.
 
 from __future__ import annotations
 
-import asyncio
 import math
 import os
 from collections.abc import Callable
@@ -54,7 +53,7 @@ from rich.console import Console
 
 from rltap.config import ConfigError, TrainConfig
 from rltap.rollout.ray.cluster import actor_configs, connect, require_ray
-from rltap.train.launcher import RankFailed, process_group
+from rltap.train.launcher import RankFailed
 
 __all__ = [
     "RAY_TRAIN_FOLDER",
@@ -62,7 +61,6 @@ __all__ = [
     "cluster_ranks",
     "ray_launch",
     "train_on_ray",
-    "train_rank",
 ]
 
 # Where Ray Train keeps its own files, inside the run folder.
@@ -77,7 +75,7 @@ class RayRanks:
 
     Usage:
         ranks = RayRanks(nproc=2, storage=Path("RUN/ray-train"), timeout=7200.0)
-        ray_launch(train_rank, (config,), ranks)
+        ray_launch(train_rank, (config,), ranks)  # rltap.train.command.train_rank
     """
 
     nproc: int
@@ -154,25 +152,10 @@ def _failures(exc: Exception) -> str:
     )
 
 
-def train_rank(config: TrainConfig) -> None:
-    """One trainer rank of `rltap train` on a Ray Train worker, as `rank_command` runs one: rank
-    0 leads the loop, the others follow; rank 0's failure is raised (the driver reports it)."""
-    from transformers.utils import logging as transformers_logging
-
-    from rltap.train.loop import follow_training, run_training
-
-    # save_pretrained draws a "Writing model shards" bar at every checkpoint and sync push.
-    transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
-    with process_group(config.ranks.dist_backend, config.ranks.rank_timeout) as ranks:
-        if ranks.rank > 0:
-            follow_training(config)
-            return
-        asyncio.run(run_training(config, Console(stderr=True), ranks))
-
-
-def train_on_ray(config: TrainConfig) -> None:
+def train_on_ray(config: TrainConfig, rank: Callable[[TrainConfig], None]) -> None:
     """`rltap train --ray [ADDRESS] --nproc-per-node N`, the driver: the cluster started or
-    joined, the N ranks run (`train_rank`) until the run ends, the cluster left (shut down if
+    joined, the N ranks run (`rank(config)` on each: `rltap.train.command.train_rank`) until
+    the run ends, the cluster left (shut down if
     started here). `ConfigError` when the cluster cannot hold the ranks and the rollout
     actors; `RankFailed` when a rank fails."""
     ray = require_ray()
@@ -184,7 +167,7 @@ def train_on_ray(config: TrainConfig) -> None:
             Console(stderr=True).print(
                 "rltap: NCCL needs GPUs and the Ray cluster has none: the trainer ranks use gloo"
             )
-        ray_launch(train_rank, (config,), ranks)
+        ray_launch(rank, (config,), ranks)
     finally:
         if not connected:
             ray.shutdown()
