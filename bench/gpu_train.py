@@ -273,7 +273,7 @@ async def build(args: argparse.Namespace, console: Any) -> tuple[Any, Any, Any]:
 async def one_step(args: argparse.Namespace, step: int, vocab: int, trainer: Any,
                    engine: Any) -> dict[str, float]:  # fmt: skip
     """Rollout, train, sync: their seconds, tokens per second and peak GPU memory."""
-    from rltap.train.distributed import full_state_dict
+    from rltap.train.gather import full_state_dict
 
     gpu = GpuMemory(args.device)
     gpu.reset()

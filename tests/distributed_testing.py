@@ -23,7 +23,8 @@ from transformers import AutoModelForCausalLM
 from rltap.config import LoraConfig, UpdateConfig
 from rltap.record.pack import TreePack, pack_interactions
 from rltap.testing.packs import recorded_call as call
-from rltap.train.distributed import Ranks, full_state_dict
+from rltap.train.distributed import Ranks
+from rltap.train.gather import full_state_dict
 from rltap.train.launcher import process_group
 from rltap.train.lora import lora_model
 from rltap.train.trainer import PolicyTrainer

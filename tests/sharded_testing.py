@@ -27,9 +27,9 @@ from rltap.config import LoraConfig, UpdateConfig
 from rltap.engines.sglang import SGLangEngine
 from rltap.engines.transformers import TransformersEngine
 from rltap.engines.vllm import VLLMEngine
-from rltap.train.distributed import full_state_dict
 from rltap.train.gather import (
     CHUNK_BYTES,
+    full_state_dict,
     load_optimizer_state,
     save_adapter,
     save_model,

@@ -38,7 +38,7 @@ from rltap.config.train import PrecisionConfig
 from rltap.record.errors import RltapError
 from rltap.record.pack import TreePack
 
-__all__ = ["Ranks", "decoder_layers", "full_state_dict", "shard_model"]
+__all__ = ["Ranks", "decoder_layers", "shard_model"]
 
 M = TypeVar("M", bound=torch.nn.Module)
 
@@ -151,15 +151,3 @@ def shard_model(model: M, ranks: Ranks, precision: PrecisionConfig | None = None
             module.set_gradient_divide_factor(1.0)
             module.set_force_sum_reduction_for_comms(True)  # a plain SUM (gloo has no PREMUL_SUM)
     return model
-
-
-def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """`model`'s whole state dict on the CPU, gathered from the ranks onto rank 0 (a collective:
-    every rank calls it; the others get an empty dict). At world 1, `model.state_dict()`."""
-    if not Ranks.current().sharded:
-        return model.state_dict()
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    state = get_model_state_dict(model, options=options)
-    return {name: value for name, value in state.items() if isinstance(value, torch.Tensor)}

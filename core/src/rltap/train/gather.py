@@ -39,6 +39,7 @@ __all__ = [
     "CHUNK_BYTES",
     "INDEX",
     "adapter_weights",
+    "full_state_dict",
     "load_optimizer_state",
     "save_adapter",
     "save_model",
@@ -63,6 +64,20 @@ def gathered(model: torch.nn.Module, keep: Callable[[str], bool]) -> Iterator[tu
         seen.add(id(value))
         whole = value.full_tensor() if isinstance(value, DTensor) else value
         yield name, whole.detach().to("cpu", copy=True).contiguous() if rank0 else None
+
+
+def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """`model`'s whole state dict on rank 0's CPU, every key (a tied one the very tensor it is
+    tied to), `{}` on the other ranks; `model.state_dict()` itself when it is not sharded. It
+    holds the whole model at once: for tests and small models (`save_model` keeps one chunk)."""
+    if not Ranks.current().sharded:
+        return model.state_dict()
+    state = model.state_dict(keep_vars=True)
+    first = {id(value): name for name, value in reversed(state.items())}
+    tensors = dict(gathered(model, lambda _: True))
+    if Ranks.current().rank != 0:
+        return {}
+    return {name: tensors[first[id(value)]] for name, value in state.items()}
 
 
 def save_model(model: Any, folder: Path, chunk_bytes: int = CHUNK_BYTES) -> None:
@@ -173,9 +188,7 @@ def load_optimizer_state(model: torch.nn.Module, optimizer: Any, folder: Path) -
 
 def _alone() -> bool:
     """Whether this process runs without a process group (DCP then reads and writes alone)."""
-    import torch.distributed as dist
-
-    return not (dist.is_available() and dist.is_initialized())
+    return not Ranks.current().group
 
 
 @contextlib.contextmanager

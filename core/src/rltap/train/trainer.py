@@ -104,8 +104,8 @@ class PolicyTrainer:
     module docstring says how each applies); the model is loaded in fp32 either way.
 
     `model` stays the Hugging Face (or peft) model, its parameters sharded in place at world
-    size > 1 (`full_state_dict(trainer.model)` gathers them); `scorer` is the module every
-    forward of the trainer runs (FSDP2's root).
+    size > 1 (`rltap.train.gather` gathers them); `scorer` is the module every forward of the
+    trainer runs (FSDP2's root).
 
     Usage:
         trainer = PolicyTrainer(model, UpdateConfig(lr=1e-3, algo="ppo"))
