@@ -375,24 +375,9 @@ def variants_table(measured: dict[str, Measured], title: str) -> Table:
     return table
 
 
-def smollm2(args: argparse.Namespace, console: Console) -> str:
-    """--model, else SmolLM2 as `make demo` converts it (bench/rl_sanity.py's), else, where the
-    GGUF's package is missing here, a conversion `make demo` already cached."""
-    try:
-        return smollm2_dir(args, console)
-    except SystemExit:
-        from rltap_dev.demo_model import default_cache_dir
-
-        cached = sorted((default_cache_dir() / "models").glob("smollm2-135m-instruct-*"))
-        if not cached:
-            raise
-        console.print(f"the SmolLM2 GGUF's package is missing here: {cached[-1]} (cached)")
-        return str(cached[-1])
-
-
 def memory_and_time(args: argparse.Namespace, console: Console) -> int:
     """Parts (a) to (d): each variant's launch, then the table, the verdicts and the JSON."""
-    model = smollm2(args, console)
+    model = smollm2_dir(args, console)
     shape = PackShape(
         packs=args.packs,
         prompt_tokens=args.prompt_tokens,
@@ -556,7 +541,7 @@ def reward_curves(args: argparse.Namespace, console: Console) -> int:
 
     args.framework = "langchain"
     python = framework_python(args, console)
-    model = smollm2(args, console)
+    model = smollm2_dir(args, console)
     out = Path(args.out).resolve() / time.strftime("distributed-train-curves-%Y%m%d-%H%M%S")
     runs = {}
     for dtype in CURVE_DTYPES:
