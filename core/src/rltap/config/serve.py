@@ -33,6 +33,7 @@ __all__ = [
     "ServeConfig",
     "ServerConfig",
     "StoreConfig",
+    "WeightTransfer",
     "check_admin_key",
     "parse_retention",
 ]
@@ -44,6 +45,8 @@ else:
     EngineKind = Literal[ENGINE_KINDS]
 # `rltap.chat.renderer.RenderMode`'s values (tests/config checks they agree).
 ChatTemplateMode = Literal["hf", "concat"]
+# How a weight sync reaches a vLLM server (`rltap.engines.vllm`).
+WeightTransfer = Literal["folder", "nccl", "ipc"]
 # The context when neither --max-context, the engine nor the model's config.json says one.
 FALLBACK_MAX_CONTEXT = 32768
 # The embedded engine's budget for one batched prefill forward, padding included: it bounds the
@@ -58,11 +61,21 @@ class EngineConfig:
     engine: EngineKind = option("transformers", engines_help())
     model: str | None = option(None, "model folder (transformers, scripted) or served name")
     tokenizer: str | None = option(None, "tokenizer folder (default: --model)")
-    url: str | None = option(None, "engine server address (vllm, sglang)")
+    url: str | None = option(
+        None,
+        "engine server address (vllm, sglang); several, comma-separated: the proxy routes "
+        "sessions over them",
+    )
     script: str | None = option(None, "module:function replying for the scripted engine")
     num_threads: int = option(1, "torch threads (default 1)")
     device: str = option(
         "cpu", "torch device of the embedded engine (default cpu; a Ray actor given GPUs: cuda)"
+    )
+    weight_transfer: WeightTransfer = option(
+        "folder",
+        "how a weight sync reaches a vLLM server: folder (saved, then reloaded from disk; "
+        "default), nccl (vLLM's weight transfer to separate GPUs), ipc (CUDA IPC, trainer "
+        "and server on one GPU)",
     )
     max_prefill_tokens: int = option(
         MAX_PREFILL_TOKENS,
@@ -72,6 +85,10 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         _at_least(1, num_threads=self.num_threads, max_prefill_tokens=self.max_prefill_tokens)
+        if self.weight_transfer not in get_args(WeightTransfer):
+            choices = ", ".join(get_args(WeightTransfer))
+            msg = f"--weight-transfer takes one of {choices}, got {self.weight_transfer!r}"
+            raise ConfigError(msg)
 
     @property
     def tokenizer_dir(self) -> str:
