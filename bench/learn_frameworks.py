@@ -104,6 +104,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     args.frameworks = args.frameworks or ["langchain", "openai_agents", "camel"]
     args.python = None  # rl_sanity's venv lookup: the framework's nox venv
+    if args.plots:  # made now: a folder that cannot be made fails before any seed trains
+        Path(args.plots).mkdir(parents=True, exist_ok=True)
     return args
 
 
