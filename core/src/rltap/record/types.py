@@ -121,6 +121,9 @@ class ModelRequest:
     tools: list[dict[str, Any]] | None = None
     # Tokens are sampled only where the grammar allows them (None: unconstrained).
     constraint: Constraint | None = None
+    # The session (episode) the call belongs to: an engine router keeps a session's calls on
+    # one server, where its prefix is cached. None: a call of no session.
+    session_id: str | None = None
 
     def __post_init__(self) -> None:
         if not self.input_ids:

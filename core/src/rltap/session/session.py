@@ -173,6 +173,7 @@ class Session:
             model_request = build_model_request(
                 self.chat, self.output_parser, self.renderer, request, messages,
                 prompt.input_ids, index, sampling=self.sampling, call=call,
+                session_id=self.session_id,
             )  # fmt: skip
         except BaseException as exc:
             self.cache.fail(interaction.interaction_id, str(exc))
