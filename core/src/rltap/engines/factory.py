@@ -3,10 +3,12 @@
 The names, the classes and where each runs are `rltap.config.engines.ENGINES`. A class is given
 the engine settings (`EngineConfig`'s fields) its constructor names (`model`, `url`, `script`,
 ...); one of those without a default is required, and a `ConfigError` naming its flag when it
-is not set. Each engine's module is imported only when that engine is built. The server engines
-(vLLM, SGLang) need nothing beyond `pip install rltap`; the embedded ones (transformers,
-scripted) run the model in-process and need torch, which the `rltap[embedded]` extra installs:
-without it, building one fails with an ImportError that says so.
+is not set. A server engine given several comma-separated `url`s is one engine per address
+behind an `EngineRouter` (`rltap.engines.router`); one address is the plain engine. Each
+engine's module is imported only when that engine is built. The server engines (vLLM, SGLang)
+need nothing beyond `pip install rltap`; the embedded ones (transformers, scripted) run the
+model in-process and need torch, which the `rltap[embedded]` extra installs: without it,
+building one fails with an ImportError that says so.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ __all__ = [
     "create_engine",
     "engine_class",
     "require_embedded",
+    "split_urls",
 ]
 
 EMBEDDED_EXTRA = "rltap[embedded]"
@@ -57,8 +60,27 @@ def create_engine(kind: EngineKind | EngineConfig, **settings: Any) -> Inference
     if not entry.server:
         require_embedded(f"the {name} engine")
     cls = engine_class(entry)
-    engine: InferenceEngine = cls(**_arguments(name, cls, config))
+    arguments = _arguments(name, cls, config)
+    urls = split_urls(config.url) if entry.server else []
+    if entry.server and not urls:
+        msg = f"the {name} engine needs --url: no address in {config.url!r}"
+        raise ConfigError(msg)
+    if len(set(urls)) < len(urls):
+        msg = f"--url names an address twice: {config.url}"
+        raise ConfigError(msg)
+    if len(urls) > 1:
+        from rltap.engines.router import EngineRouter
+
+        return EngineRouter([cls(**{**arguments, "url": url}) for url in urls])
+    if urls:
+        arguments["url"] = urls[0]
+    engine: InferenceEngine = cls(**arguments)
     return engine
+
+
+def split_urls(url: str | None) -> list[str]:
+    """The addresses of a `--url` value: comma-separated, blanks dropped."""
+    return [part.strip() for part in (url or "").split(",") if part.strip()]
 
 
 def engine_class(entry: EngineEntry) -> type[Any]:

@@ -25,6 +25,7 @@ from fastapi.routing import APIRoute
 from rltap.chat.renderer import ChatRenderer
 from rltap.config.serve import ServeConfig
 from rltap.engines.base import InferenceEngine
+from rltap.engines.router import EngineRouter
 from rltap.proxy import control, generation, operations
 from rltap.proxy.errors import install_error_handlers
 from rltap.proxy.metrics import ProxyMetrics
@@ -51,7 +52,8 @@ def create_app(
     """The proxy as an ASGI app on `rltap serve`'s settings (`config`; its engine section names
     the model, `engine` and `renderer` are already built from it); the engine starts and stops
     with it. Every session takes the chat section, with --max-context filled in from the
-    model's config.json when unset.
+    model's config.json when unset. Over several engines (an `EngineRouter`), `/metrics`
+    shows each engine's load and a session that ends leaves the router's map.
 
     Usage:
         app = create_app(engine, renderer, ServeConfig(limits=LimitsConfig(capacity=64)),
@@ -65,13 +67,19 @@ def create_app(
         cache = InteractionCache(None if capture is None else capture.journal(session_id))
         return Session(engine, renderer, config.chat, session_id=session_id, cache=cache)
 
-    state = ProxyState(
-        config=config,
-        engine=engine,
-        renderer=renderer,
-        store=SessionStore(admin_key, new_session, config.limits, capture=capture),
-        metrics=ProxyMetrics(),
+    router = engine if isinstance(engine, EngineRouter) else None
+    store = SessionStore(
+        admin_key,
+        new_session,
+        config.limits,
+        capture=capture,
+        on_end=None if router is None else router.end_session,
     )
+    state = ProxyState(
+        config=config, engine=engine, renderer=renderer, store=store, metrics=ProxyMetrics()
+    )
+    if router is not None:
+        state.metrics.watch_engines(router.loads)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -1,10 +1,25 @@
-"""Prometheus metrics of one proxy process (each app has its own registry)."""
+"""Prometheus metrics of one proxy process (each app has its own registry).
+
+A proxy over several engines (`rltap.engines.router`) also shows each engine's load, labelled
+by its address and read when `/metrics` is scraped (nothing is counted on a request's path):
+`rltap_engine_requests_in_flight`, `rltap_engine_sessions` (sessions routed to it),
+`rltap_engine_calls_total`, `rltap_engine_healthy` (1 in rotation, 0 out) and
+`rltap_engine_version`.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
 
-__all__ = ["ProxyMetrics"]
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from rltap.engines.router import EngineLoad
+
+__all__ = ["EngineLoadCollector", "ProxyMetrics"]
 
 _LATENCY_BUCKETS = (
     0.0005,
@@ -83,5 +98,43 @@ class ProxyMetrics:
         self.tokens_in.inc(prompt)
         self.tokens_out.inc(completion)
 
+    def watch_engines(self, loads: Callable[[], Iterable[EngineLoad]]) -> None:
+        """Show the per-engine load `loads()` reports at each scrape."""
+        self.registry.register(EngineLoadCollector(loads))
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class EngineLoadCollector(Collector):
+    """Each engine's load as gauges (and its calls as a counter) labelled `engine=<address>`."""
+
+    def __init__(self, loads: Callable[[], Iterable[EngineLoad]]) -> None:
+        self._loads = loads
+
+    def collect(self) -> Iterator[Metric]:
+        label = ["engine"]
+        in_flight = GaugeMetricFamily(
+            "rltap_engine_requests_in_flight", "Requests in flight on each engine", labels=label
+        )
+        sessions = GaugeMetricFamily(
+            "rltap_engine_sessions", "Sessions routed to each engine", labels=label
+        )
+        calls = CounterMetricFamily(
+            "rltap_engine_calls", "Calls routed to each engine", labels=label
+        )
+        healthy = GaugeMetricFamily(
+            "rltap_engine_healthy",
+            "1: the engine is in rotation; 0: it fails its health check",
+            labels=label,
+        )
+        version = GaugeMetricFamily(
+            "rltap_engine_version", "The policy version each engine generates with", labels=label
+        )
+        for load in self._loads():
+            in_flight.add_metric([load.address], load.in_flight)
+            sessions.add_metric([load.address], load.sessions)
+            calls.add_metric([load.address], load.calls)
+            healthy.add_metric([load.address], 1 if load.healthy else 0)
+            version.add_metric([load.address], load.version)
+        yield from (in_flight, sessions, calls, healthy, version)

@@ -112,8 +112,10 @@ class SessionStore:
         limits: LimitsConfig | None = None,
         clock: Callable[[], float] = time.monotonic,
         capture: CaptureStore | None = None,
+        on_end: Callable[[str], None] | None = None,
     ) -> None:
         self.capture = capture
+        self._on_end = on_end  # told each session id that ends (an engine router forgets it)
         self._admin_hash = key_digest(admin_key)
         self._new_session = new_session
         self.limits = limits or LimitsConfig()
@@ -257,6 +259,8 @@ class SessionStore:
         record.ended_at = self._clock()
         record.ended.set()
         self._holding -= 1
+        if self._on_end is not None:
+            self._on_end(record.session_id)
         if self.capture is not None:
             self.capture.session_ended(record.session_id, state.value)
 

@@ -11,12 +11,14 @@ from aiohttp import web
 __all__ = ["ServedApp", "serve_on_free_port"]
 
 
-async def serve_on_free_port(app: web.Application) -> tuple[web.AppRunner, str]:
-    """Start `app` on a port the system picks; its runner (to `cleanup()`) and its root URL."""
+async def serve_on_free_port(app: web.Application, port: int = 0) -> tuple[web.AppRunner, str]:
+    """Start `app` on a port the system picks (or on `port`, as a server started again on its
+    address); its runner (to `cleanup()`) and its root URL."""
     runner = web.AppRunner(app, handle_signals=False, access_log=None)
     await runner.setup()
     sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
     await web.SockSite(runner, sock).start()
     return runner, f"http://127.0.0.1:{sock.getsockname()[1]}"
 

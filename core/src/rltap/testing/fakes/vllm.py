@@ -20,28 +20,38 @@ the same fixed tokens whatever the adapter. With `record` these calls are logged
 adapter folder's file names as "files"), and each completion naming an adapter as
 {"path": "/v1/completions", "model": name}.
 
+A fake can also play a slow or failing server (an engine router's tests and
+`bench/engine_router.py`): `delay` (`--delay SECONDS`) makes each completion wait that long
+before it answers, so the server is the bottleneck; `healthy = False` (or, for the process,
+`--health-file PATH` existing) makes `GET /health` answer 503 while completions still work;
+`kill()` ends the server as a crash would (completions in flight are cut, new connections
+refused) and `start()` serves it again on the same port. `completions` counts the completions
+it answered.
+
 Usage:
     async with FakeVLLM(record=tmp_path / "calls.jsonl") as server:
         engine = VLLMEngine(server.url)
 
 As a process of its own: `python -m rltap.testing.fakes.vllm --port 8100 [--record FILE]
-[--max-lora-rank N]`.
+[--max-lora-rank N] [--delay SECONDS] [--health-file PATH]`.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
 from aiohttp import web
 
-from rltap.testing.fakes._serving import ServedApp
+from rltap.testing.fakes._serving import ServedApp, serve_on_free_port
 
-__all__ = ["REPLY_IDS", "FakeVLLM", "main", "make_app"]
+__all__ = ["REPLY_IDS", "FakeControls", "FakeVLLM", "main", "make_app"]
 
 # "Hello from the instant engine." in the Qwen vocabulary, then <|im_end|>.
 REPLY_IDS = [9707, 504, 279, 9690, 4712, 13, 151645]
@@ -64,7 +74,41 @@ def _error(status: int, message: str) -> web.Response:
     return web.Response(body=orjson.dumps(error), status=status, content_type="application/json")
 
 
+@dataclass(slots=True)
+class FakeControls:
+    """How the fake behaves, changeable while it serves (module docstring)."""
+
+    delay: float = 0.0
+    healthy: bool = True
+    health_file: Path | None = None
+    completions: int = 0
+    # The completions being answered: what `FakeVLLM.kill` cuts.
+    running: dict[asyncio.Task[object], web.Request] = field(default_factory=dict)
+
+    @property
+    def answers_health(self) -> bool:
+        return self.healthy and not (self.health_file is not None and self.health_file.exists())
+
+
+CONTROLS = web.AppKey("controls", FakeControls)
+
+
 async def completions(request: web.Request) -> web.StreamResponse:
+    controls = request.app[CONTROLS]
+    task = asyncio.current_task()
+    assert task is not None
+    controls.running[task] = request
+    try:
+        if controls.delay > 0:
+            await asyncio.sleep(controls.delay)
+        response = await _complete(request)
+    finally:
+        del controls.running[task]
+    controls.completions += 1
+    return response
+
+
+async def _complete(request: web.Request) -> web.StreamResponse:
     body = orjson.loads(await request.read())
     model = body.get("model", "fake")
     adapters: dict[str, str] | None = request.app.get(ADAPTERS)
@@ -99,6 +143,8 @@ async def models(request: web.Request) -> web.Response:
 
 
 async def health(request: web.Request) -> web.Response:
+    if not request.app[CONTROLS].answers_health:
+        return web.Response(status=503, text="unhealthy (FakeVLLM told so)")
     return web.Response(text="")
 
 
@@ -175,9 +221,15 @@ def _log_lora(request: web.Request, body: dict[str, object], folder: Path | None
     _log(record, line)
 
 
-def make_app(record: Path | None = None, max_lora_rank: int | None = None) -> web.Application:
-    """The fake's aiohttp app (module docstring: what `record` and `max_lora_rank` add)."""
+def make_app(
+    record: Path | None = None,
+    max_lora_rank: int | None = None,
+    controls: FakeControls | None = None,
+) -> web.Application:
+    """The fake's aiohttp app (module docstring: what `record`, `max_lora_rank` and
+    `controls` add)."""
     app = web.Application()
+    app[CONTROLS] = controls or FakeControls()
     app.router.add_post("/v1/completions", completions)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/health", health)
@@ -195,18 +247,58 @@ def make_app(record: Path | None = None, max_lora_rank: int | None = None) -> we
 
 class FakeVLLM(ServedApp):
     """The fake served in this process on a free 127.0.0.1 port; `url` is its root once started.
+    `delay`, `healthy` and `completions` are its `FakeControls`' (module docstring).
 
     Usage:
         async with FakeVLLM(max_lora_rank=8) as server:
             engine = VLLMEngine(server.url)
     """
 
-    def __init__(self, *, record: Path | None = None, max_lora_rank: int | None = None) -> None:
+    def __init__(
+        self, *, record: Path | None = None, max_lora_rank: int | None = None, delay: float = 0.0
+    ) -> None:
         self.record = record
         self.max_lora_rank = max_lora_rank
+        self.controls = FakeControls(delay=delay)
+        self._port = 0
+
+    @property
+    def delay(self) -> float:
+        return self.controls.delay
+
+    @delay.setter
+    def delay(self, seconds: float) -> None:
+        self.controls.delay = seconds
+
+    @property
+    def healthy(self) -> bool:
+        return self.controls.healthy
+
+    @healthy.setter
+    def healthy(self, value: bool) -> None:
+        self.controls.healthy = value
+
+    @property
+    def completions(self) -> int:
+        return self.controls.completions
 
     def app(self) -> web.Application:
-        return make_app(self.record, self.max_lora_rank)
+        return make_app(self.record, self.max_lora_rank, self.controls)
+
+    async def start(self) -> str:
+        """Serve on a free port, or on the port of an earlier `start` (after `kill`)."""
+        self._runner, self.url = await serve_on_free_port(self.app(), self._port)
+        self._port = int(self.url.rsplit(":", 1)[1])
+        return self.url
+
+    async def kill(self) -> None:
+        """End as a crashed server does: completions in flight lose their connection at once,
+        new connections are refused (until `start`)."""
+        for task, request in list(self.controls.running.items()):
+            if request.transport is not None:
+                request.transport.abort()
+            task.cancel()
+        await self.stop()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -216,12 +308,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8100)
     parser.add_argument("--record", type=Path, default=None, help="serve the dev API, log it here")
     parser.add_argument("--max-lora-rank", type=int, default=None, help="serve LoRA adapters")
+    parser.add_argument(
+        "--delay", type=float, default=0.0, help="seconds each completion waits before answering"
+    )
+    parser.add_argument(
+        "--health-file", type=Path, default=None, help="GET /health answers 503 while it exists"
+    )
     args = parser.parse_args(argv)
     with contextlib.suppress(ImportError):  # uvloop's faster loop, where it is installed
         import uvloop
 
         uvloop.install()
-    app = make_app(args.record, args.max_lora_rank)
+    controls = FakeControls(delay=args.delay, health_file=args.health_file)
+    app = make_app(args.record, args.max_lora_rank, controls)
     web.run_app(app, host=args.host, port=args.port, print=None, access_log=None)
 
 
