@@ -292,6 +292,7 @@ class EngineRouter:
             elif isinstance(result, BaseException):
                 raise result
         if dead:
+            await self.close()
             msg = (
                 f"engine servers not answering at start: {'; '.join(dead)}; every --url "
                 "address must answer GET /health before the proxy serves"

@@ -31,6 +31,7 @@ from rltap.proxy.errors import install_error_handlers
 from rltap.proxy.metrics import ProxyMetrics
 from rltap.proxy.middleware import BodyLimitMiddleware, MetricsMiddleware
 from rltap.proxy.state import ProxyState, SessionStore
+from rltap.record.errors import RltapError
 from rltap.session.engine_request import output_parser
 from rltap.session.session import Session
 from rltap.store.capture import CaptureStore
@@ -83,7 +84,11 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        await engine.start()
+        try:
+            await engine.start()
+        except RltapError as exc:
+            state.startup_error = exc
+            raise
         reaper = asyncio.create_task(state.store.run_reaper())
         try:
             yield

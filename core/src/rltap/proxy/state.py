@@ -40,6 +40,7 @@ from rltap.record.errors import (
     InvalidRequest,
     NotFound,
     PermissionDenied,
+    RltapError,
     SessionGone,
 )
 from rltap.record.ids import random_hex
@@ -302,3 +303,6 @@ class ProxyState:
     renderer: ChatRenderer
     store: SessionStore
     metrics: ProxyMetrics
+    # Why the engine did not start (a dead --url address): for whoever runs the app to report,
+    # as the server framework only logs it.
+    startup_error: RltapError | None = None
