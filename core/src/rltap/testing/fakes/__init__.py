@@ -2,7 +2,8 @@
 
 - `InstantEngine` (`instant`): an in-process engine with a fixed reply, at once.
 - `FakeVLLM` (`vllm`): a vLLM-compatible HTTP server with a fixed reply; with the development
-  API rltap's weight sync drives, and runtime LoRA adapters, when asked. Also a process of its
+  API rltap's weight sync drives, runtime LoRA adapters, a time per call, a failing health
+  check or a crash, when asked. Also a process of its
   own: `python -m rltap.testing.fakes.vllm --port 8100`.
 - `FakeSGLang` (`sglang`): SGLang's native `/generate` API, tokens known up front
   (`expected_output`), aborts and stream options as SGLang has them.

@@ -21,8 +21,9 @@ adapter folder's file names as "files"), and each completion naming an adapter a
 {"path": "/v1/completions", "model": name}.
 
 A fake can also play a slow or failing server (an engine router's tests and
-`bench/engine_router.py`): `delay` (`--delay SECONDS`) makes each completion wait that long
-before it answers, so the server is the bottleneck; `healthy = False` (or, for the process,
+`bench/engine_router.py`): `delay` (`--delay SECONDS`) makes each completion take that long,
+one at a time (a server with one slot: N calls at once take N x `delay`), so the server is the
+bottleneck; `healthy = False` (or, for the process,
 `--health-file PATH` existing) makes `GET /health` answer 503 while completions still work;
 `kill()` ends the server as a crash would (completions in flight are cut, new connections
 refused) and `start()` serves it again on the same port. `completions` counts the completions
@@ -82,6 +83,8 @@ class FakeControls:
     healthy: bool = True
     health_file: Path | None = None
     completions: int = 0
+    # The one slot a completion with a delay holds while it waits.
+    slot: asyncio.Lock = field(default_factory=asyncio.Lock)
     # The completions being answered: what `FakeVLLM.kill` cuts.
     running: dict[asyncio.Task[object], web.Request] = field(default_factory=dict)
 
@@ -100,7 +103,8 @@ async def completions(request: web.Request) -> web.StreamResponse:
     controls.running[task] = request
     try:
         if controls.delay > 0:
-            await asyncio.sleep(controls.delay)
+            async with controls.slot:
+                await asyncio.sleep(controls.delay)
         response = await _complete(request)
     finally:
         del controls.running[task]
@@ -309,7 +313,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--record", type=Path, default=None, help="serve the dev API, log it here")
     parser.add_argument("--max-lora-rank", type=int, default=None, help="serve LoRA adapters")
     parser.add_argument(
-        "--delay", type=float, default=0.0, help="seconds each completion waits before answering"
+        "--delay", type=float, default=0.0, help="seconds each completion takes, one at a time"
     )
     parser.add_argument(
         "--health-file", type=Path, default=None, help="GET /health answers 503 while it exists"
