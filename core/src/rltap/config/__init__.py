@@ -1,7 +1,8 @@
 """rltap's settings as dataclasses, one field per setting with its default and help once; the
 command line's flags and `--config` files are derived from them (`rltap.config.flags`).
 
-    serve     ServeConfig (engine, chat and session defaults, limits, store), ServerConfig
+    serve     ServeConfig (engine, chat and session defaults, limits, store, launch), ServerConfig
+    launch    LaunchConfig: the engine servers rltap starts (--launch)
     rollout   RolloutConfig: AgentTask + EpisodeConfig + export + ServeConfig + RayConfig
     train     TrainConfig: AgentTask + LoopConfig + UpdateConfig + LoraConfig
               + RanksConfig + PrecisionConfig + ServeConfig + RayConfig
@@ -17,6 +18,7 @@ from __future__ import annotations
 from rltap.config.demo import DemoConfig
 from rltap.config.evaluate import EvalConfig, PassConfig, ScoringConfig, TrainEvalConfig
 from rltap.config.flags import ConfigError, add_arguments, from_namespace, parse
+from rltap.config.launch import LaunchConfig
 from rltap.config.rollout import AgentTask, EpisodeConfig, RayConfig, RolloutConfig
 from rltap.config.serve import (
     ChatConfig,
@@ -43,6 +45,7 @@ __all__ = [
     "EngineConfig",
     "EpisodeConfig",
     "EvalConfig",
+    "LaunchConfig",
     "LimitsConfig",
     "LoopConfig",
     "LoraConfig",

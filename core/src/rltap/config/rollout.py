@@ -19,6 +19,7 @@ __all__ = [
     "EpisodeConfig",
     "RayConfig",
     "RolloutConfig",
+    "check_launch",
     "link_factor",
 ]
 
@@ -93,6 +94,17 @@ class RayConfig:
     )
 
 
+def check_launch(serve: ServeConfig, ray: RayConfig) -> None:
+    """Refuse (`ConfigError`) --launch with --ray: each rollout actor gets its engine as
+    without it (--replicas embedded engines, or one per server of --url)."""
+    if serve.launch.launch and ray.ray is not None:
+        msg = (
+            "--launch with --ray is not supported: start the servers and give their addresses "
+            "to --url (one rollout actor each), or run without --ray"
+        )
+        raise ConfigError(msg)
+
+
 def agents_option() -> Any:
     """`--agents`, of `rltap rollout` and `rltap train` (a field each)."""
     return option(
@@ -127,6 +139,11 @@ class RolloutConfig(AgentTask):
     )
     serve: ServeConfig = section(ServeConfig)
     ray: RayConfig = section(RayConfig, RAY_GROUP)
+
+    def __post_init__(self) -> None:
+        check_launch(self.serve, self.ray)
+        if self.serve.launch.launch and self.proxy:
+            raise ConfigError("--launch starts engine servers for a proxy of this run: no --proxy")
 
     def with_serve(self, serve: ServeConfig) -> RolloutConfig:
         """These settings on other proxy settings (`ServeConfig.with_store`, `with_engine`)."""

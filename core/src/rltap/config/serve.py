@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Literal, TypeAlias, get_args
 
 from rltap.config.engines import ENGINE_KINDS, SERVER_ENGINES, engines_help
 from rltap.config.flags import ConfigError, option, section
+from rltap.config.launch import LaunchConfig
 from rltap.record.tensor_codec import TensorEnvelope
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "ChatTemplateMode",
     "EngineConfig",
     "EngineKind",
+    "LaunchConfig",
     "LimitsConfig",
     "Retention",
     "ServeConfig",
@@ -261,6 +263,21 @@ class ServeConfig:
     chat: ChatConfig = section(ChatConfig, "chat")
     limits: LimitsConfig = section(LimitsConfig, "sessions")
     store: StoreConfig = section(StoreConfig, "capture store")
+    launch: LaunchConfig = section(LaunchConfig, "managed engine servers")
+
+    def __post_init__(self) -> None:
+        if not self.launch.launch:
+            return
+        if self.engine.engine not in SERVER_ENGINES:
+            msg = (
+                f"--launch starts an engine server (--engine {' or '.join(SERVER_ENGINES)}); "
+                f"the {self.engine.engine} engine runs in this process"
+            )
+            raise ConfigError(msg)
+        if self.engine.url:
+            raise ConfigError("--launch starts the engine's servers: give it no --url")
+        if not self.engine.model:
+            raise ConfigError("--launch needs --model: the model folder the servers load")
 
     @property
     def model_name(self) -> str:

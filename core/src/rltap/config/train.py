@@ -25,6 +25,7 @@ from rltap.config.rollout import (
     RayConfig,
     RolloutConfig,
     agents_option,
+    check_launch,
 )
 from rltap.config.serve import ServeConfig
 
@@ -259,6 +260,7 @@ class TrainConfig(AgentTask):
     def __post_init__(self) -> None:
         if not self.serve.engine.model:
             raise ConfigError("missing --model")
+        check_launch(self.serve, self.ray)
 
     @property
     def model(self) -> str:

@@ -13,9 +13,11 @@ import uvicorn
 from fastapi import FastAPI
 
 from rltap.chat.renderer import ChatRenderer
+from rltap.config.flags import ConfigError
 from rltap.config.serve import ServeConfig, ServerConfig, check_admin_key
 from rltap.engines.base import InferenceEngine
 from rltap.engines.factory import create_engine
+from rltap.engines.managed import ManagedServers, log_folder
 from rltap.proxy.app import create_app
 
 __all__ = [
@@ -47,6 +49,8 @@ UVICORN_OPTIONS: dict[str, Any] = {
     "loop": "uvloop",
     "http": "httptools",
 }
+# uvicorn.run's exit status when the server could not start.
+_UVICORN_STARTUP_FAILURE = 3
 
 
 class ProxyServer:
@@ -110,6 +114,9 @@ class ServeSetup:
         """The engine `config` names (or `engine`, given: `rltap train`'s on the trainer's
         model) and a renderer of its tokenizer folder (rendering with `tokenizer` when given,
         the same folder already loaded); `ConfigError` when the settings name no folder."""
+        if config.launch.launch:  # its servers are started by the caller (run_serve, local_proxy)
+            msg = "--launch is taken by rltap serve, rollout, eval and train; give --url here"
+            raise ConfigError(msg)
         folder = config.engine.tokenizer_dir  # before the engine loads: fail fast
         engine = engine or create_engine(
             config.engine.engine,
@@ -131,8 +138,9 @@ class ServeSetup:
 
 
 def run_serve(config: ServerConfig) -> int:
-    """`rltap serve`: the proxy in front of an engine, until interrupted. A refused setting
-    raises `ConfigError`, a store another proxy holds `StoreInUse`."""
+    """`rltap serve`: the proxy in front of an engine (with --launch, on the servers it starts
+    and stops), until interrupted. A refused setting raises `ConfigError`, a store another
+    proxy holds `StoreInUse`, a launched server that fails `EngineServerFailed`."""
     admin_key = config.admin_key  # ServerConfig checked an explicit one against --host
     if admin_key is None:
         admin_key = os.environ.get("RLTAP_ADMIN_KEY")
@@ -141,11 +149,32 @@ def run_serve(config: ServerConfig) -> int:
     generated = not admin_key
     if not admin_key:
         admin_key = secrets.token_urlsafe(24)
-    app = ServeSetup.load(config.serve).app(admin_key)
+    if not config.serve.launch.launch:
+        return _serve(config, config.serve, admin_key, generated=generated)
+    servers = ManagedServers.of(config.serve, log_dir=log_folder(config.serve, None))
+    with servers.running():
+        return _serve(
+            config,
+            servers.serve_config(config.serve),
+            admin_key,
+            generated=generated,
+            servers=servers,
+        )
+
+
+def _serve(
+    config: ServerConfig,
+    serve: ServeConfig,
+    admin_key: str,
+    *,
+    generated: bool,
+    servers: ManagedServers | None = None,
+) -> int:
+    app = ServeSetup.load(serve).app(admin_key)
     if generated:
         print(f"rltap admin key (generated): {admin_key}", flush=True)
     where = f"http://{config.host}:{config.port}"
-    print(f"rltap proxy on {where} (engine {config.serve.engine.engine})", flush=True)
+    print(f"rltap proxy on {where} (engine {serve.engine.engine})", flush=True)
     capture = app.state.rltap.store.capture
     if capture is not None:
         print(
@@ -153,5 +182,14 @@ def run_serve(config: ServerConfig) -> int:
             "last proxy's end are exportable as interrupted",
             flush=True,
         )
-    uvicorn.run(app, host=config.host, port=config.port, **UVICORN_OPTIONS)
+    server = uvicorn.Server(
+        uvicorn.Config(app, host=config.host, port=config.port, **UVICORN_OPTIONS)
+    )
+    if servers is not None:  # a launched server that dies ends `rltap serve`
+        servers.watch(lambda _failure: setattr(server, "should_exit", True))
+    server.run()
+    if servers is not None and servers.failure is not None:
+        raise servers.failure
+    if not server.started:
+        raise SystemExit(_UVICORN_STARTUP_FAILURE)  # as uvicorn.run: e.g. the port was taken
     return 0

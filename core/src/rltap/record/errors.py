@@ -21,6 +21,7 @@ for AReaL catches it: every `InvalidRequest` is a `ValueError`, `InteractionNotF
     ├── StoreUnavailable (503: the durable capture store could not record a call)
     └── EngineError (502; is_retryable)
         ├── EngineUnavailable (503, retryable)
+        │   └── EngineServerFailed (503: a server rltap launched exited or never got healthy)
         └── EngineTimeout (504, retryable)
 """
 
@@ -32,6 +33,7 @@ __all__ = [
     "Conflict",
     "ContextLengthExceeded",
     "EngineError",
+    "EngineServerFailed",
     "EngineTimeout",
     "EngineUnavailable",
     "ExportMismatch",
@@ -163,6 +165,17 @@ class EngineUnavailable(EngineError):
     code = "engine_unavailable"
 
     def __init__(self, message: str, *, is_retryable: bool = True) -> None:
+        super().__init__(message, is_retryable=is_retryable)
+
+
+class EngineServerFailed(EngineUnavailable):
+    """An engine server rltap started (`--launch`) exited, or did not answer /health in time;
+    the message names it and quotes its log's last lines. It ends the run (`rltap` exits with
+    `rltap.cli.EXIT_ENGINE`)."""
+
+    code = "engine_server_failed"
+
+    def __init__(self, message: str, *, is_retryable: bool = False) -> None:
         super().__init__(message, is_retryable=is_retryable)
 
 

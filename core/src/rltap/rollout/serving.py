@@ -10,10 +10,12 @@ import contextlib
 import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rltap.config import ConfigError, RolloutConfig, ServeConfig
 from rltap.engines.base import InferenceEngine
+from rltap.engines.managed import launched_engines
 from rltap.proxy import ProxyServer, ServeSetup
 from rltap.rollout.workflow import OpenAIProxyWorkflow, WorkflowSettings, resolve_workflow
 
@@ -32,15 +34,23 @@ class Serving:
 
 @contextlib.asynccontextmanager
 async def local_proxy(
-    config: ServeConfig, *, engine: InferenceEngine | None = None, tokenizer: Any = None
+    config: ServeConfig,
+    *,
+    engine: InferenceEngine | None = None,
+    tokenizer: Any = None,
+    run_dir: str | Path | None = None,
+    lora_rank: int = 0,
 ) -> AsyncIterator[Serving]:
     """The engine of `config` (or `engine`, built by the caller) behind a proxy on this event
-    loop (a fresh admin key), rendering with `tokenizer` when the caller has it loaded."""
+    loop (a fresh admin key), rendering with `tokenizer` when the caller has it loaded. With
+    --launch the engine's servers start first (their logs in `run_dir`/engines, LoRA adapters
+    up to `lora_rank` served) and stop at the end (`rltap.engines.managed.launched_engines`)."""
     admin_key = secrets.token_urlsafe(24)
-    setup = ServeSetup.load(config, engine=engine, tokenizer=tokenizer)
-    pad = setup.renderer.tokenizer.pad_token_id or 0
-    async with ProxyServer(setup.app(admin_key)) as server:
-        yield Serving(setup.engine, server.url, admin_key, int(pad))
+    async with launched_engines(config, run_dir=run_dir, lora_rank=lora_rank) as config:
+        setup = ServeSetup.load(config, engine=engine, tokenizer=tokenizer)
+        pad = setup.renderer.tokenizer.pad_token_id or 0
+        async with ProxyServer(setup.app(admin_key)) as server:
+            yield Serving(setup.engine, server.url, admin_key, int(pad))
 
 
 def agent_workflow(config: RolloutConfig, proxy_url: str, admin_key: str) -> OpenAIProxyWorkflow:
@@ -61,11 +71,18 @@ def agent_workflow(config: RolloutConfig, proxy_url: str, admin_key: str) -> Ope
 
 @contextlib.asynccontextmanager
 async def local_workflow(
-    config: RolloutConfig, *, engine: InferenceEngine | None = None, tokenizer: Any = None
+    config: RolloutConfig,
+    *,
+    engine: InferenceEngine | None = None,
+    tokenizer: Any = None,
+    lora_rank: int = 0,
 ) -> AsyncIterator[tuple[Serving, OpenAIProxyWorkflow]]:
-    """`local_proxy` (on `engine` and with `tokenizer`, when given) and the config's agent
+    """`local_proxy` (on `engine` and with `tokenizer`, when given; launched servers logging
+    into the run's --out, serving LoRA adapters up to `lora_rank`) and the config's agent
     against it; the workflow is closed first at the end."""
-    async with local_proxy(config.serve, engine=engine, tokenizer=tokenizer) as serving:
+    async with local_proxy(
+        config.serve, engine=engine, tokenizer=tokenizer, run_dir=config.out, lora_rank=lora_rank
+    ) as serving:
         workflow = agent_workflow(config, serving.url, serving.admin_key)
         async with contextlib.aclosing(workflow):
             yield serving, workflow

@@ -115,7 +115,9 @@ async def local_training(
     rollout: RolloutConfig = config.rollout()
     rollout = rollout.with_serve(rollout.serve.with_store(str(Path(rollout.out) / STORE_FILE)))
     if not shares_model(config, model):
-        async with local_workflow(rollout, tokenizer=tokenizer) as (serving, workflow):
+        # A launched vLLM serves LoRA adapters up to the run's rank.
+        served = local_workflow(rollout, tokenizer=tokenizer, lora_rank=config.lora.lora_rank)
+        async with served as (serving, workflow):
             sync = weight_sync(serving.engine, sync_dir)
             yield LocalTraining(serving, workflow, sync, contextlib.nullcontext)
         return

