@@ -68,6 +68,7 @@ async def test_a_session_sticks_to_its_engine_and_new_sessions_spread_evenly() -
             await router.generate(request(f"s{session}"))
         assert served(fakes) == [3, 3, 3]
         first = router.engine_of("s0")
+        assert first is not None
         for _ in range(4):
             async with contextlib.aclosing(router.stream(request("s0"))) as chunks:
                 assert [chunk async for chunk in chunks]
@@ -83,6 +84,7 @@ async def test_a_new_session_goes_to_the_engine_with_fewest_requests_in_flight()
         busy = asyncio.create_task(router.generate(request("long")))
         await asyncio.sleep(0.1)
         busy_engine = router.engine_of("long")
+        assert busy_engine is not None
         fakes[0].delay = fakes[1].delay = 0.0
         await router.generate(request("new"))
         assert router.engine_of("new") != busy_engine
