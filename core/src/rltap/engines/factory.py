@@ -23,6 +23,7 @@ from rltap.config.engines import ENGINE_KINDS, ENGINES, SERVER_ENGINES, EngineEn
 from rltap.config.flags import ConfigError, settings
 from rltap.config.serve import EngineConfig, EngineKind
 from rltap.engines.base import InferenceEngine
+from rltap.engines.router import EngineRouter
 
 __all__ = [
     "EMBEDDED_EXTRA",
@@ -69,8 +70,6 @@ def create_engine(kind: EngineKind | EngineConfig, **settings: Any) -> Inference
         msg = f"--url names an address twice: {config.url}"
         raise ConfigError(msg)
     if len(urls) > 1:
-        from rltap.engines.router import EngineRouter
-
         return EngineRouter([cls(**{**arguments, "url": url}) for url in urls])
     if urls:
         arguments["url"] = urls[0]

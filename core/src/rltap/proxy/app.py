@@ -64,23 +64,7 @@ def create_app(
     output_parser(config.chat)  # an unknown parser name fails here, not at the first session
     capture = _capture_store(config, renderer)
 
-    def new_session(session_id: str) -> Session:
-        cache = InteractionCache(None if capture is None else capture.journal(session_id))
-        return Session(engine, renderer, config.chat, session_id=session_id, cache=cache)
-
-    router = engine if isinstance(engine, EngineRouter) else None
-    store = SessionStore(
-        admin_key,
-        new_session,
-        config.limits,
-        capture=capture,
-        on_end=None if router is None else router.end_session,
-    )
-    state = ProxyState(
-        config=config, engine=engine, renderer=renderer, store=store, metrics=ProxyMetrics()
-    )
-    if router is not None:
-        state.metrics.watch_engines(router.loads)
+    state = _proxy_state(engine, renderer, config, admin_key, capture)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -104,6 +88,29 @@ def create_app(
     app.state.rltap = state
     _mount_routes(app, state)
     return app
+
+
+def _proxy_state(
+    engine: InferenceEngine,
+    renderer: ChatRenderer,
+    config: ServeConfig,
+    admin_key: str,
+    capture: CaptureStore | None,
+) -> ProxyState:
+    """What the routes share; over an `EngineRouter`, with its per-engine metrics and told
+    each session that ends."""
+
+    def new_session(session_id: str) -> Session:
+        cache = InteractionCache(None if capture is None else capture.journal(session_id))
+        return Session(engine, renderer, config.chat, session_id=session_id, cache=cache)
+
+    router = engine if isinstance(engine, EngineRouter) else None
+    on_end = None if router is None else router.end_session
+    store = SessionStore(admin_key, new_session, config.limits, capture=capture, on_end=on_end)
+    metrics = ProxyMetrics()
+    if router is not None:
+        metrics.watch_engines(router.loads)
+    return ProxyState(config=config, engine=engine, renderer=renderer, store=store, metrics=metrics)
 
 
 def _mount_routes(app: FastAPI, state: ProxyState) -> None:
