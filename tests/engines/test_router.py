@@ -25,7 +25,7 @@ from rltap.engines.base import WeightFolder
 from rltap.engines.factory import create_engine
 from rltap.engines.router import EngineRouter
 from rltap.engines.vllm import VLLMEngine
-from rltap.record.errors import EngineError, EngineUnavailable
+from rltap.record.errors import EngineError, EngineUnavailable, InvalidRequest
 from rltap.record.types import ModelRequest
 from rltap.testing.fakes import FakeVLLM
 
@@ -230,3 +230,11 @@ def test_one_address_is_the_plain_engine_and_a_repeated_one_is_refused() -> None
     router = create_engine("sglang", url="http://127.0.0.1:1,http://127.0.0.1:2")
     assert isinstance(router, EngineRouter)
     assert [engine.url for engine in router.engines] == ["http://127.0.0.1:1", "http://127.0.0.1:2"]
+
+
+async def test_a_source_no_engine_takes_is_the_engines_own_refusal() -> None:
+    async with servers(2) as fakes, router_over(fakes) as router:
+        assert router.takes_named_tensors is False  # folder-reloading servers
+        with pytest.raises(InvalidRequest, match="WeightFolder"):
+            await router.update_weights({}, version=2)
+        assert router.version == 0

@@ -26,12 +26,13 @@ for new sessions. No engine healthy: every call gets a 503 until one is.
 Weight syncs. `update_weights` reaches every engine, at the same version (`version`, default one
 more than the highest any engine has, so a version number never names two sets of weights). A
 `WeightFolder` is saved once (the first engine whose check passes writes it) and every engine
-reloads that folder, all at once; any other source is handed to each engine in turn. Each
-engine stamps its tokens with its own version, so in between, and after a sync that failed on
-some engine, every token still carries the version of the weights that produced it. The
-router's `version` is the lowest of its engines': it moves only once every engine has the new
-weights. A sync that fails on an engine raises `EngineError` naming it (and what the others now
-serve); the router's version does not move, and the next sync reaches every engine again.
+reloads that folder, all at once; any other source (the tensors a weight transfer streams,
+which the router takes when every engine does: `takes_named_tensors`) goes to each engine in
+turn. Each engine stamps its tokens with its own version, so in between, and after a sync that
+failed on some engine, every token still carries the version of the weights that produced it.
+The router's `version` is the lowest of its engines': it moves only once every engine has the
+new weights. A sync that fails on an engine raises `EngineError` naming it (and what the others
+now serve); the router's version does not move, and the next sync reaches every engine again.
 
 `loads()` is each engine's state for `/metrics` (`rltap.proxy.metrics`).
 """
@@ -129,6 +130,12 @@ class EngineRouter:
     def engines(self) -> list[HTTPEngineBase]:
         """The engines, in the order of their addresses."""
         return [member.engine for member in self._members]
+
+    @property
+    def takes_named_tensors(self) -> bool:
+        """Whether every engine's server receives tensors from this process (a weight sync
+        then streams them to each engine in turn)."""
+        return all(getattr(m.engine, "takes_named_tensors", False) for m in self._members)
 
     @property
     def version(self) -> int:
