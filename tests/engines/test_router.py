@@ -224,7 +224,7 @@ async def test_a_dead_address_at_start_is_refused_with_its_address() -> None:
 def test_one_address_is_the_plain_engine_and_a_repeated_one_is_refused() -> None:
     assert isinstance(create_engine("vllm", url=" http://127.0.0.1:1 ,"), VLLMEngine)
     with pytest.raises(ConfigError, match="twice"):
-        create_engine("vllm", url="http://127.0.0.1:1,http://127.0.0.1:1")
+        create_engine("vllm", url="http://127.0.0.1:1,http://127.0.0.1:1/v1/")
     with pytest.raises(ConfigError, match="needs --url"):
         create_engine("vllm", url=" , ")
     router = create_engine("sglang", url="http://127.0.0.1:1,http://127.0.0.1:2")

@@ -66,11 +66,12 @@ def create_engine(kind: EngineKind | EngineConfig, **settings: Any) -> Inference
     if entry.server and not urls:
         msg = f"the {name} engine needs --url: no address in {config.url!r}"
         raise ConfigError(msg)
-    if len(set(urls)) < len(urls):
-        msg = f"--url names an address twice: {config.url}"
-        raise ConfigError(msg)
     if len(urls) > 1:
-        return EngineRouter([cls(**{**arguments, "url": url}) for url in urls])
+        engines = [cls(**{**arguments, "url": url}) for url in urls]
+        if len({engine.url for engine in engines}) < len(engines):  # as each engine reads it
+            msg = f"--url names a server twice: {config.url}"
+            raise ConfigError(msg)
+        return EngineRouter(engines)
     if urls:
         arguments["url"] = urls[0]
     engine: InferenceEngine = cls(**arguments)
