@@ -238,3 +238,12 @@ async def test_a_source_no_engine_takes_is_the_engines_own_refusal() -> None:
         with pytest.raises(InvalidRequest, match="WeightFolder"):
             await router.update_weights({}, version=2)
         assert router.version == 0
+
+
+async def test_servers_of_different_models_are_refused_at_start() -> None:
+    async with servers(2) as fakes:
+        router = EngineRouter([VLLMEngine(fakes[0].url), VLLMEngine(fakes[1].url, model="other")])
+        with pytest.raises(EngineError, match="different models") as caught:
+            await router.start()
+    assert f"{fakes[0].url}: fake" in caught.value.message
+    assert f"{fakes[1].url}: other" in caught.value.message

@@ -286,7 +286,7 @@ class EngineRouter:
     async def start(self) -> None:
         """Check that every engine answers (`GET /health`) and start it; then probe them every
         `health_interval` seconds. `EngineUnavailable` naming each address that does not
-        answer. Idempotent."""
+        answer; `EngineError` when they serve different models. Idempotent."""
         if self._watcher is not None and not self._watcher.done():
             return
         results = await asyncio.gather(
@@ -305,6 +305,12 @@ class EngineRouter:
                 "address must answer GET /health before the proxy serves"
             )
             raise EngineUnavailable(msg, is_retryable=False)
+        served = {m.address: getattr(m.engine, "model", None) for m in self._members}
+        if len(set(served.values())) > 1:
+            await self.close()
+            listed = ", ".join(f"{address}: {model}" for address, model in served.items())
+            msg = f"the engine servers serve different models ({listed}); route over one model"
+            raise EngineError(msg)
         self._watcher = asyncio.create_task(self._watch())
 
     async def _start_one(self, member: _Member) -> None:
