@@ -44,10 +44,10 @@ import contextlib
 import dataclasses
 import logging
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from rltap.engines.base import WeightFolder, WeightSource
 from rltap.record.errors import EngineError, EngineTimeout, EngineUnavailable, InvalidRequest
@@ -143,6 +143,7 @@ class EngineRouter:
         return min(member.engine.version for member in self._members)
 
     def set_version(self, version: int) -> None:
+        """Declare every engine's version (weights changed by someone else)."""
         for member in self._members:
             member.engine.set_version(version)
 
@@ -193,7 +194,7 @@ class EngineRouter:
         return best
 
     @contextlib.contextmanager
-    def _call(self, member: _Member, request_id: str) -> Any:
+    def _call(self, member: _Member, request_id: str) -> Iterator[None]:
         member.in_flight += 1
         member.calls += 1
         self._requests[request_id] = member
