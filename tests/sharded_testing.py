@@ -10,6 +10,11 @@ step 2 and writes the whole state dict from rank 0 (`OUT/resumed.pt`).
 `push_from_shards` trains one step at this world size, then rank 0 pushes the weights (as
 `rltap train` does: `RankLeader.weights()` through `weight_sync`) into a fake vLLM server, a fake
 SGLang server and an embedded engine with a copy of its own; it writes what they got.
+
+`transfer_from_shards` trains one step likewise, then rank 0 streams the weights into a fake vLLM
+server with vLLM's weight-transfer routes (each tensor gathered as it is sent): a first push that
+the server fails after its first chunk, then one that goes through; it writes what the server
+holds (`OUT/transferred.pt`) and the trained weights (`OUT/trained.pt`).
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from rltap.config import LoraConfig, UpdateConfig
 from rltap.engines.sglang import SGLangEngine
 from rltap.engines.transformers import TransformersEngine
 from rltap.engines.vllm import VLLMEngine
+from rltap.record.errors import EngineError
+from rltap.testing.fakes.vllm_transfer import FakeTransferVLLM
 from rltap.train.gather import (
     CHUNK_BYTES,
     full_state_dict,
@@ -124,3 +131,40 @@ def push_from_shards(model_dir: str, out: str) -> dict[str, Any] | None:
         if ranks.rank == 0:
             torch.save(weights, Path(out) / "trained.pt")
         return seen
+
+
+def transfer_from_shards(model_dir: str, out: str) -> dict[str, Any] | None:
+    torch.set_num_threads(1)
+    with process_group() as ranks:
+        torch.manual_seed(0)
+        trainer = PolicyTrainer(_model(model_dir, 0, None), UPDATE)
+        trainer.step(fixed_packs(), version=0)
+        seen = None
+        if ranks.rank == 0:
+            leader = RankLeader(trainer, ranks)
+            try:
+                seen = asyncio.run(_transfers(leader, Path(out)))
+            finally:
+                leader.stop()
+        else:
+            follow(trainer)
+        weights = full_state_dict(trainer.model)
+        if ranks.rank == 0:
+            torch.save(weights, Path(out) / "trained.pt")
+        return seen
+
+
+async def _transfers(leader: RankLeader, out: Path) -> dict[str, Any]:
+    async with FakeTransferVLLM() as server:
+        engine = VLLMEngine(server.url, weight_transfer="nccl", transport=server.transport(1 << 16))
+        sync = weight_sync(engine, out / "unused")
+        server.fail["update_weights"] = 1
+        try:
+            await sync.push(leader.weights(), 1)
+            failed = ""
+        except EngineError as exc:  # the other ranks must still be in step for the next push
+            failed = exc.message
+        await sync.push(leader.weights(), 2)
+        await engine.close()
+    torch.save(server.weights, out / "transferred.pt")
+    return {"failed": failed, "version": engine.version, "chunks": len(server.chunks)}

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import torch
 
 from rltap._lazy import require_module
-from rltap.engines.base import AdapterWeights, WeightFolder, WeightSource
+from rltap.engines.base import AdapterWeights, NamedTensors, WeightFolder, WeightSource
 from rltap.engines.lora import LORA_EXTRA, LORA_TENSOR
 from rltap.record.errors import EngineError, InvalidRequest
 
@@ -261,10 +261,12 @@ def read_weight_folder(folder: Path) -> dict[str, torch.Tensor]:
 
 async def state_of(source: WeightSource) -> Mapping[str, torch.Tensor]:
     """`source` as a state dict: itself, or its folder's shards (written first if it says how,
-    read on a thread of their own, not the engine's worker). A LoRA adapter is no state dict
-    (`rltap.engines.lora.weight_loader` loads one)."""
+    read on a thread of their own, not the engine's worker), or its named tensors collected. A
+    LoRA adapter is no state dict (`rltap.engines.lora.weight_loader` loads one)."""
     if isinstance(source, Mapping):
         return source
+    if isinstance(source, NamedTensors):
+        return dict(source.tensors())
     if isinstance(source, AdapterWeights):
         msg = "a LoRA adapter is not a whole state dict: load it with load_adapter"
         raise InvalidRequest(msg)

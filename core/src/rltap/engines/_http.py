@@ -11,7 +11,8 @@ shared disk). It checks the server can (`check_weight_reload`), has the folder w
 has the server load it (`reload_weights`), on a client of its own: a connection limit on the
 engine never holds a weight update up behind generations that a paused server does not answer.
 A LoRA adapter folder (`WeightFolder(adapter=True)`) goes to `load_adapter` instead, for an
-engine whose server serves adapters (`serves_adapters`).
+engine whose server serves adapters (`serves_adapters`), and `NamedTensors` to
+`transfer_weights`, for one whose server receives tensors (`takes_named_tensors`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any, ClassVar
 import aiohttp
 
 from rltap.engines._http_client import EngineHTTPClient, iter_sse_data
-from rltap.engines.base import EngineBase, WeightFolder, WeightSource
+from rltap.engines.base import EngineBase, NamedTensors, WeightFolder, WeightSource
 from rltap.record.errors import EngineError, InvalidRequest
 from rltap.record.types import (
     LogprobConvention,
@@ -114,6 +115,8 @@ class HTTPEngineBase(EngineBase):
     takes_state_dict = False
     # Whether `update_weights` takes a LoRA adapter folder (`WeightFolder(adapter=True)`).
     serves_adapters: ClassVar[bool] = False
+    # Whether `update_weights` takes `NamedTensors` (`transfer_weights`), not only folders.
+    takes_named_tensors: bool = False
 
     def __init__(
         self,
@@ -188,11 +191,31 @@ class HTTPEngineBase(EngineBase):
 
     async def update_weights(self, source: WeightSource, *, version: int | None = None) -> int:
         """Have the server load the weights in `source` (a `WeightFolder` it can read, saved
-        by `source.save` once the server is known to take them); return the new version."""
+        by `source.save` once the server is known to take them, or `NamedTensors` for an
+        engine that `takes_named_tensors`); return the new version."""
+        taken = self._taken(source)
+        client = self._client.detached()
+        try:
+            if isinstance(taken, NamedTensors):
+                await self.transfer_weights(client, taken, self.next_version(version))
+            elif taken.adapter:
+                await self.load_adapter(client, await taken.written(), self.next_version(version))
+            else:
+                await self.check_weight_reload(client)
+                folder = await taken.written()
+                await self.reload_weights(client, folder, self.next_version(version))
+        finally:
+            await client.close()
+        return self._version
+
+    def _taken(self, source: WeightSource) -> WeightFolder | NamedTensors:
+        """`source` if this engine takes it, else `InvalidRequest` saying what it takes."""
+        if isinstance(source, NamedTensors) and self.takes_named_tensors:
+            return source
         if not isinstance(source, WeightFolder):
             msg = (
                 f"{self.engine_name} loads new weights from a folder its server reads: pass a "
-                "WeightFolder (rltap.engines.base), not a state dict"
+                f"WeightFolder (rltap.engines.base), not {type(source).__name__}"
             )
             raise InvalidRequest(msg)
         if source.adapter and not self.serves_adapters:
@@ -201,17 +224,16 @@ class HTTPEngineBase(EngineBase):
                 "(--lora-rank 0), or serve with the transformers or vllm engine"
             )
             raise InvalidRequest(msg)
-        client = self._client.detached()
-        try:
-            if source.adapter:
-                await self.load_adapter(client, await source.written(), self.next_version(version))
-            else:
-                await self.check_weight_reload(client)
-                folder = await source.written()
-                await self.reload_weights(client, folder, self.next_version(version))
-        finally:
-            await client.close()
-        return self._version
+        return source
+
+    async def transfer_weights(
+        self, client: EngineHTTPClient, source: NamedTensors, version: int
+    ) -> None:
+        """Have the server receive `source`'s tensors from this process; move the engine's
+        version to `version` once the requests it serves next generate with them (an engine
+        that `takes_named_tensors`)."""
+        msg = f"the {self.engine_name} engine takes no NamedTensors"
+        raise InvalidRequest(msg)
 
     @abstractmethod
     async def check_weight_reload(self, client: EngineHTTPClient) -> None:

@@ -12,6 +12,12 @@ config and the adapter's tensors) to an engine in this process, which injects th
 into its model the first time and copies the tensors in place; a `WeightFolder` with
 `adapter=True` (peft's `save_pretrained` output) to a server engine, which loads it as a LoRA
 adapter (vLLM's `/v1/load_lora_adapter`).
+
+An engine whose server receives weights over the wire from the trainer's memory (vLLM with
+`weight_transfer` nccl or ipc, `rltap.engines.vllm_transfer`) takes `NamedTensors`: the
+model's tensors one at a time, never whole in one place, and says so with a true
+`takes_named_tensors` attribute (absent means false). Such an engine still takes a
+`WeightFolder`, its fallback.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import asyncio
 import contextlib
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeAlias, runtime_checkable
@@ -34,6 +40,8 @@ __all__ = [
     "AdapterWeights",
     "EngineBase",
     "InferenceEngine",
+    "NamedTensors",
+    "TensorSpec",
     "WeightFolder",
     "WeightSource",
     "save_weights",
@@ -81,8 +89,47 @@ class AdapterWeights:
     tensors: Mapping[str, torch.Tensor]
 
 
-# A state dict (parameter name -> tensor), a folder of saved weights, or a LoRA adapter.
-WeightSource: TypeAlias = "Mapping[str, torch.Tensor] | WeightFolder | AdapterWeights"
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    """One tensor a `NamedTensors` yields: its name (as in the model's state dict), its dtype
+    and its whole shape (a sharded tensor's global shape)."""
+
+    name: str
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        count = 1
+        for size in self.shape:
+            count *= size
+        return count * self.dtype.itemsize
+
+
+@dataclass(frozen=True, slots=True)
+class NamedTensors:
+    """A model's weights as `(name, tensor)` pairs, one whole tensor at a time, for an engine
+    whose server receives them from this process (`takes_named_tensors`).
+
+    `specs` declares every tensor up front without materialising any (a receiver sizes its
+    buffers from it); `tensors()` starts a fresh pass that yields them in exactly that order,
+    each whole (a sharded model gathers it then: every trainer rank must take part in each
+    pass). A tensor may stay on its device; the engine copies it out before the next one.
+
+    Usage:
+        source = NamedTensors(specs, lambda: iter(model.state_dict().items()))
+        await engine.update_weights(source, version=3)
+    """
+
+    specs: tuple[TensorSpec, ...]
+    tensors: Callable[[], Iterator[tuple[str, torch.Tensor]]]
+
+
+# A state dict (parameter name -> tensor), a folder of saved weights, a LoRA adapter, or a
+# model's tensors one at a time.
+WeightSource: TypeAlias = (
+    "Mapping[str, torch.Tensor] | WeightFolder | AdapterWeights | NamedTensors"
+)
 
 
 @runtime_checkable

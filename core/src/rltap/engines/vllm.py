@@ -19,8 +19,7 @@ logprobs stay vLLM's own (raw by default), as without a constraint.
 vLLM does not know rltap's policy versions: the engine keeps the counter that `set_version`
 moves after a trainer pushed new weights, and stamps it on every token it receives.
 
-Closing a stream (or `abort(request_id)`) drops the HTTP connection; vLLM aborts a request
-whose client disconnected and frees its slot.
+Closing a stream (or `abort(request_id)`) drops its connection; vLLM aborts it, freeing its slot.
 
 `update_weights(WeightFolder(...))` reloads the weights through vLLM's development API, which a
 server started with `VLLM_SERVER_DEV_MODE=1` exposes (vLLM >= 0.32): `GET /is_paused` first (a
@@ -34,7 +33,8 @@ them on KV caches computed with the old weights. A long generation therefore del
 rltap's version moves just before the resume, because the held requests start the moment vLLM
 resumes and their first tokens must carry the new version; the requests that finished under
 `wait` had been answered before `/pause` returned. If a step after the pause fails, vLLM stays
-paused (its weights may be half loaded) and the error says so.
+paused (its weights may be half loaded) and the error says so. With `weight_transfer` nccl or
+ipc, `NamedTensors` go by vLLM's weight-transfer API instead (`rltap.engines.vllm_transfer`).
 
 `update_weights(WeightFolder(..., adapter=True))` serves a LoRA adapter (`rltap train
 --lora-rank`) instead, through vLLM's runtime LoRA API, which a server started with
@@ -67,6 +67,8 @@ import orjson
 from rltap.engines._http import EventReader, HTTPEngineBase
 from rltap.engines._http_client import EngineHTTPClient
 from rltap.engines._http_errors import error_for_status
+from rltap.engines.base import NamedTensors
+from rltap.engines.vllm_transfer import WeightTransport, weight_transfer_for
 from rltap.record.errors import EngineError
 from rltap.record.types import (
     Constraint,
@@ -213,6 +215,8 @@ class VLLMEngine(HTTPEngineBase):
         version: int = 0,
         logprob_convention: LogprobConvention = LogprobConvention.RAW,
         max_connections: int = 0,
+        weight_transfer: str = "folder",
+        transport: WeightTransport | None = None,
     ) -> None:
         base_url = url.rstrip("/").removesuffix("/v1")
         super().__init__(
@@ -229,6 +233,8 @@ class VLLMEngine(HTTPEngineBase):
         self.adapter: tuple[str, int] | None = None
         self._adapters: deque[str] = deque()
         self._adapter_prefix = f"rltap-lora-{secrets.token_hex(4)}"
+        self._transfer = weight_transfer_for(weight_transfer, transport)  # None: folder
+        self.takes_named_tensors = self._transfer is not None
 
     async def start(self) -> None:
         """Open the session and discover the served model name if none was given."""
@@ -338,6 +344,12 @@ class VLLMEngine(HTTPEngineBase):
             raise EngineError(msg)
         await _dev_call(client, "POST", "/update_weight_version", {"new_version": str(version)})
         self._version = version
+
+    async def transfer_weights(
+        self, client: EngineHTTPClient, source: NamedTensors, version: int
+    ) -> None:
+        if self._transfer is not None:
+            await self._transfer.update(client, source, version, self)
 
     async def load_adapter(self, client: EngineHTTPClient, folder: Path, version: int) -> None:
         """Load the adapter in `folder` under this version's name; requests sent from now on

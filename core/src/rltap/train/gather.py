@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from rltap.engines.base import AdapterWeights
+from rltap.engines.base import AdapterWeights, NamedTensors, TensorSpec
 from rltap.engines.lora import LORA_TENSOR
 from rltap.train.distributed import Ranks
 
@@ -41,6 +41,7 @@ __all__ = [
     "adapter_weights",
     "full_state_dict",
     "load_optimizer_state",
+    "named_tensors",
     "save_adapter",
     "save_model",
     "save_optimizer_state",
@@ -51,19 +52,49 @@ CHUNK_BYTES = 1 << 30
 INDEX = "model.safetensors.index.json"
 
 
-def gathered(model: torch.nn.Module, keep: Callable[[str], bool]) -> Iterator[tuple[str, Any]]:
-    """Each tensor of `model`'s state dict that `keep` keeps, whole and on the CPU on rank 0
-    (None on the others), one at a time; a tensor tied to an earlier one is left out."""
-    from torch.distributed.tensor import DTensor
-
-    rank0 = Ranks.current().rank == 0
+def _unique(model: torch.nn.Module, keep: Callable[[str], bool]) -> Iterator[tuple[str, Any]]:
+    """`model`'s state dict (its sharded tensors as they are) that `keep` keeps, in order; a
+    tensor tied to an earlier one is left out."""
     seen: set[int] = set()
     for name, value in model.state_dict(keep_vars=True).items():
         if id(value) in seen or not keep(name):
             continue
         seen.add(id(value))
+        yield name, value
+
+
+def gathered(
+    model: torch.nn.Module, keep: Callable[[str], bool], *, to_cpu: bool = True
+) -> Iterator[tuple[str, Any]]:
+    """Each tensor of `model`'s state dict that `keep` keeps, whole and on the CPU on rank 0
+    (None on the others), one at a time; a tensor tied to an earlier one is left out.
+    `to_cpu=False` leaves each where its gather put it (the trainer's device), uncopied when
+    the model is not sharded."""
+    from torch.distributed.tensor import DTensor
+
+    rank0 = Ranks.current().rank == 0
+    for name, value in _unique(model, keep):
         whole = value.full_tensor() if isinstance(value, DTensor) else value
-        yield name, whole.detach().to("cpu", copy=True).contiguous() if rank0 else None
+        if not rank0:
+            yield name, None
+        elif to_cpu:
+            yield name, whole.detach().to("cpu", copy=True).contiguous()
+        else:
+            yield name, whole.detach()
+
+
+def named_tensors(model: torch.nn.Module) -> NamedTensors:
+    """`model`'s weights (sharded or not) as an engine that receives tensors takes them: each
+    tensor's name, dtype and whole shape up front, then one pass of `gathered` per
+    `tensors()` call (a collective on a sharded model: every rank must iterate it)."""
+    specs = tuple(
+        TensorSpec(name, value.dtype, tuple(value.shape)) for name, value in _unique(model, _all)
+    )
+    return NamedTensors(specs, lambda: gathered(model, _all, to_cpu=False))
+
+
+def _all(name: str) -> bool:
+    return True
 
 
 def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -11,6 +11,8 @@ itself. The other ranks only `follow`: they wait for the next command and run it
 - `save_model(folder)`: the model's Hugging Face folder (a LoRA model's adapter folder), written
   by rank 0 from weights gathered a chunk at a time (`rltap.train.gather`);
 - `adapter()`: a LoRA model's adapter tensors, gathered onto rank 0;
+- `gather()`: one pass over the model's tensors, each gathered whole onto rank 0 (on its
+  device), which rank 0 streams to an engine that receives tensors (vLLM's weight transfer);
 - `save_optimizer(folder)` / `load_optimizer(folder)`: AdamW's state as DCP shards, each rank
   its own part (a checkpoint, and resuming one at any world size);
 - `stop()`: the followers return.
@@ -24,14 +26,14 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch.distributed as dist
 
-from rltap.engines.base import AdapterWeights
+from rltap.engines.base import AdapterWeights, NamedTensors
 from rltap.engines.lora import is_peft_model
 from rltap.record.errors import RltapError
 from rltap.record.pack import TreePack
@@ -58,6 +60,11 @@ class ShardedModel:
 
     def adapter(self) -> AdapterWeights:
         return self._leader.adapter()
+
+    def named_tensors(self) -> NamedTensors:
+        """The model's tensors for an engine that receives them: each `tensors()` pass has
+        every rank join the gathers."""
+        return NamedTensors(gather.named_tensors(self.model).specs, self._leader.gather)
 
 
 @dataclass(slots=True)
@@ -87,6 +94,18 @@ class RankLeader:
         assert adapter is not None  # rank 0's
         return adapter
 
+    def gather(self) -> Iterator[tuple[str, Any]]:
+        """One pass of the model's whole tensors on rank 0, the other ranks joining each
+        gather; a pass left early still runs the rest of the gathers (the others wait in them)."""
+        self._tell("gather")
+        tensors = gather.gathered(self.trainer.model, _every, to_cpu=False)
+        try:
+            for item in tensors:  # noqa: UP028 (`yield from` would close `tensors` on close)
+                yield item
+        finally:
+            for _ in tensors:
+                pass
+
     def save_optimizer(self, folder: Path) -> None:
         self._tell("save_optimizer", folder)
         gather.save_optimizer_state(self.trainer.model, self.trainer.optimizer, folder)
@@ -110,6 +129,10 @@ def _save_model(trainer: PolicyTrainer, folder: Path) -> None:
         gather.save_model(trainer.model, folder)
 
 
+def _every(name: str) -> bool:
+    return True
+
+
 def _brief(args: list[Any]) -> str:
     """A command's arguments as its log line shows them (a step's packs by count)."""
     return " ".join(f"{len(a)} packs" if isinstance(a, list) else str(a) for a in args)
@@ -130,6 +153,9 @@ def follow(trainer: PolicyTrainer) -> None:
             _save_model(trainer, *args)
         elif kind == "adapter":
             gather.adapter_weights(trainer.model)
+        elif kind == "gather":
+            for _ in gather.gathered(trainer.model, _every, to_cpu=False):
+                pass
         elif kind == "save_optimizer":
             gather.save_optimizer_state(trainer.model, trainer.optimizer, *args)
         elif kind == "load_optimizer":

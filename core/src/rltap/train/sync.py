@@ -14,10 +14,15 @@ this process gets an `AdapterWeights` (the peft config and the adapter's tensors
 engine a `WeightFolder(adapter=True)` of peft's `save_pretrained` in `folder/adapter-v<N>/`
 (`rltap.engines.lora`); the base weights never move.
 
+A server engine whose server receives tensors from this process (`takes_named_tensors`: vLLM
+with `--weight-transfer nccl` or `ipc`) gets `NamedTensors` instead, nothing saved: the model's
+tensors one whole tensor at a time (`rltap.train.gather.named_tensors`), which it streams to
+its server in chunks. A LoRA trainer's adapter still goes by folder.
+
 A model sharded over trainer ranks (`rltap.train.leader.ShardedModel`) is never whole in one
 process: every engine gets its `WeightFolder`, written from weights gathered a chunk at a time
-(`rltap.train.gather`; the embedded engine reads it into its own copy), or with LoRA the gathered
-adapter, as above.
+(`rltap.train.gather`; the embedded engine reads it into its own copy), or its `NamedTensors`,
+each tensor gathered as it is sent, or with LoRA the gathered adapter, as above.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from rltap.engines.base import WeightFolder, WeightSource, save_weights
 from rltap.engines.lora import adapter_folder, adapter_of, is_peft_model
+from rltap.train.gather import named_tensors
 from rltap.train.leader import ShardedModel
 
 if TYPE_CHECKING:
@@ -54,13 +60,21 @@ def weight_sync(engine: InferenceEngine, folder: Path) -> WeightSync:
 
 
 def weight_source(
-    model: torch.nn.Module, *, state_dict: bool, folder: Path, version: int = 0
+    model: torch.nn.Module,
+    *,
+    state_dict: bool,
+    folder: Path,
+    version: int = 0,
+    tensors: bool = False,
 ) -> WeightSource:
-    """`model`'s weights as an engine takes them: its state dict, or a `WeightFolder` that
-    saves it into `folder` when the engine asks; a peft model's adapter alone (`version`
-    names its folder)."""
+    """`model`'s weights as an engine takes them: its state dict, its `NamedTensors`
+    (`tensors`: an engine whose server receives them), or a `WeightFolder` that saves it into
+    `folder` when the engine asks; a peft model's adapter alone (`version` names its
+    folder)."""
     if isinstance(model, ShardedModel):
         if not model.lora:
+            if tensors:
+                return model.named_tensors()
             return WeightFolder(Path(folder), save=functools.partial(save_weights, model))
         if state_dict:
             return model.adapter()
@@ -70,6 +84,8 @@ def weight_source(
         return adapter if adapter is not None else adapter_folder(model, folder, version)
     if state_dict:
         return model.state_dict()
+    if tensors:
+        return named_tensors(model)
     return WeightFolder(Path(folder), save=functools.partial(save_weights, model))
 
 
@@ -79,6 +95,11 @@ class _EngineSync:
         self.folder = Path(folder)
 
     async def push(self, model: torch.nn.Module, version: int) -> None:
-        state_dict = self.engine.takes_state_dict
-        source = weight_source(model, state_dict=state_dict, folder=self.folder, version=version)
+        source = weight_source(
+            model,
+            state_dict=self.engine.takes_state_dict,
+            folder=self.folder,
+            version=version,
+            tensors=getattr(self.engine, "takes_named_tensors", False),
+        )
         await self.engine.update_weights(source, version=version)
