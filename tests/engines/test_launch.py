@@ -33,7 +33,8 @@ from rltap.record.errors import EngineServerFailed
 
 FAKE_VLLM = """#!{python}
 # `vllm serve MODEL ...` played by rltap's instant fake vLLM (FAKE_VLLM_MODE: serve, exit,
-# never, die; FAKE_VLLM_DIE_ONCE=PATH: die only while PATH does not exist, then create it).
+# never, die; FAKE_VLLM_DIE_ONCE=PATH: die only while PATH does not exist, then create it;
+# FAKE_VLLM_DELAY: seconds each completion takes).
 import argparse, json, os, subprocess, sys, time
 
 parser = argparse.ArgumentParser()
@@ -63,6 +64,7 @@ if mode == "never":
 fake = [sys.executable, "-m", "rltap.testing.fakes.vllm", "--port", str(args.port)]
 if args.max_lora_rank:
     fake += ["--max-lora-rank", str(args.max_lora_rank)]
+fake += ["--delay", os.environ.get("FAKE_VLLM_DELAY", "0")]
 if mode == "die":
     server = subprocess.Popen(fake)
     time.sleep(float(os.environ.get("FAKE_VLLM_DIE_AFTER", "3")))
@@ -116,6 +118,15 @@ def test_vllm_command_has_every_flag_the_engine_needs() -> None:
         "--structured-outputs-config", '{"backend": "guidance"}',
     )  # fmt: skip
     assert command.env == {"VLLM_SERVER_DEV_MODE": "1"}
+
+
+def test_vllm_command_through_a_python_runs_the_server_module() -> None:
+    command = vllm_command("/models/m", binary="/venv/bin/python3.11", host="h", port=1)
+    assert command.argv[:8] == (
+        "/venv/bin/python3.11", "-m", "vllm.entrypoints.openai.api_server", "--model", "/models/m",
+        "--host", "h", "--port",
+    )  # fmt: skip
+    assert command.argv[9:] == vllm_command("/models/m", binary="vllm", host="h", port=1).argv[7:]
 
 
 def test_vllm_command_with_lora_weight_transfer_gpus_and_extra_args() -> None:
@@ -327,6 +338,7 @@ async def test_a_server_dying_during_the_run_ends_it_with_its_log(
     (launched,) = seen
     assert launched.launch.launch is False
     assert launched.engine.url == f"http://127.0.0.1:{_calls(fake_vllm)[0]['argv'][6]}"
+    assert (launched.engine.model, launched.engine.tokenizer) == (None, "/models/m")  # discovered
     message = str(failed.value)
     assert "exited with status 3 during the run" in message
     assert "EngineCore died unexpectedly" in message
@@ -389,11 +401,9 @@ def test_rltap_rollout_launches_its_engine_into_the_run_folder(
 ) -> None:
     toy = Path(__file__).resolve().parents[2] / "examples" / "train_toy"
     out = tmp_path / "out"
-    argv = [
-        "rollout", f"{toy / 'agent.py'}:Agent", "--data", str(toy / "data.jsonl"),
-        "--out", str(out), "--engine", "vllm", "--model", str(qwen_tokenizer_dir), "--launch",
-        "--vllm-bin", str(fake_vllm), "--launch-args", "--max-model-len 1024",
-    ]  # fmt: skip
+    argv = _rollout_argv(
+        out, qwen_tokenizer_dir, fake_vllm, "--launch-args", "--max-model-len 1024"
+    )
     assert main(argv) == 0
     lines = (out / "trajectories.jsonl").read_text().splitlines()
     assert len(lines) == len((toy / "data.jsonl").read_text().splitlines())
@@ -402,6 +412,86 @@ def test_rltap_rollout_launches_its_engine_into_the_run_folder(
     assert call["argv"][-2:] == ["--max-model-len", "1024"]
     assert call["env"]["VLLM_SERVER_DEV_MODE"] == "1"
     assert "--- rltap starts vllm-0" in (out / "engines" / "vllm-0.log").read_text()
+    assert still_running(_pids(fake_vllm), wait=10) == []
+    assert left_behind(before, wait=5) == []
+
+
+def _rollout_argv(out: Path, tokenizer: Path, fake_vllm: Path, *more: str) -> list[str]:
+    toy = Path(__file__).resolve().parents[2] / "examples" / "train_toy"
+    return [
+        "rollout", f"{toy / 'agent.py'}:Agent", "--data", str(toy / "data.jsonl"),
+        "--out", str(out), "--engine", "vllm", "--model", str(tokenizer), "--launch",
+        "--vllm-bin", str(fake_vllm), *more,
+    ]  # fmt: skip
+
+
+def test_a_server_dying_mid_rollout_ends_it_with_its_log(
+    tmp_path: Path,
+    fake_vllm: Path,
+    qwen_tokenizer_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    before: set[int],
+) -> None:
+    # It dies 8 s after it started, well into the run: 16 episodes of 1 s, one at a time.
+    for name, value in {"FAKE_VLLM_MODE": "die", "FAKE_VLLM_DIE_AFTER": "8"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("FAKE_VLLM_DELAY", "1")
+    argv = _rollout_argv(
+        tmp_path / "out", qwen_tokenizer_dir, fake_vllm, "--group-size", "4", "--concurrency", "1"
+    )
+    started = time.monotonic()
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == EXIT_ENGINE
+    assert time.monotonic() - started < 30
+    err = capsys.readouterr().err
+    assert "rltap rollout: engine server vllm-0" in err
+    assert "exited with status 3 during the run" in err
+    assert "EngineCore died unexpectedly" in err
+    assert still_running(_pids(fake_vllm), wait=10) == []
+    assert left_behind(before, wait=5) == []
+
+
+@pytest.mark.slow
+def test_rltap_rollout_stops_its_servers_on_sigterm(
+    tmp_path: Path, fake_vllm: Path, qwen_tokenizer_dir: Path
+) -> None:
+    argv = _rollout_argv(tmp_path / "out", qwen_tokenizer_dir, fake_vllm, "--concurrency", "1")
+    log = tmp_path / "out" / "engines" / "vllm-0.log"
+    with _rltap([sys.executable, "-m", "rltap.cli", *argv], FAKE_VLLM_DELAY="2") as rltap:
+        deadline = time.monotonic() + 60
+        while not _calls(fake_vllm):
+            assert time.monotonic() < deadline, "rltap rollout did not start its server"
+            time.sleep(0.2)
+        _wait_for(f"http://127.0.0.1:{_calls(fake_vllm)[0]['argv'][6]}", rltap)
+        time.sleep(3)  # episodes in flight
+        pids = _pids(fake_vllm)
+        rltap.send_signal(signal.SIGTERM)
+        assert rltap.wait(timeout=30) == 128 + signal.SIGTERM
+    assert log.exists()
+    assert still_running(pids, wait=10) == []
+
+
+@pytest.mark.slow
+def test_rltap_train_launches_a_lora_server_into_its_run_folder(
+    tmp_path: Path, fake_vllm: Path, tiny_model_dir: Path, before: set[int]
+) -> None:
+    toy = Path(__file__).resolve().parents[2] / "examples" / "train_toy"
+    run = tmp_path / "run"
+    argv = [
+        "train", f"{toy / 'agent.py'}:Agent", "--data", str(toy / "data.jsonl"),
+        "--model", str(tiny_model_dir), "--out", str(run), "--engine", "vllm", "--launch",
+        "--vllm-bin", str(fake_vllm), "--lora-rank", "4", "--steps", "1",
+        "--rows-per-step", "2", "--group-size", "2",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    (call,) = _calls(fake_vllm)
+    argv_seen = call["argv"]
+    assert argv_seen[argv_seen.index("--max-lora-rank") + 1] == "4"
+    assert "--enable-lora" in argv_seen
+    assert call["env"]["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
+    assert (run / "engines" / "vllm-0.log").exists()
     assert still_running(_pids(fake_vllm), wait=10) == []
     assert left_behind(before, wait=5) == []
 
@@ -434,7 +524,8 @@ def test_rltap_serve_ends_when_its_server_dies(
         "--model", str(qwen_tokenizer_dir), "--launch", "--vllm-bin", str(fake_vllm),
         "--launch-logs", str(tmp_path / "logs"), "--port", str(_free_port_run(1)),
     ]  # fmt: skip
-    with _rltap(command, FAKE_VLLM_MODE="die", FAKE_VLLM_DIE_AFTER="4") as rltap:
+    # It dies 10 s after it started: rltap serve is serving by then.
+    with _rltap(command, FAKE_VLLM_MODE="die", FAKE_VLLM_DIE_AFTER="10") as rltap:
         assert rltap.wait(timeout=60) == EXIT_ENGINE
         assert rltap.stderr is not None
         err = rltap.stderr.read()

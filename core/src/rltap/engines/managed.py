@@ -46,6 +46,8 @@ __all__ = ["ManagedServer", "ManagedServers", "launched_engines", "log_folder"]
 
 STOP_GRACE_SECONDS = 20.0
 _POLL_SECONDS = 0.5
+# How long an error that may come from a dying server waits for its process to end.
+_DYING_SECONDS = 2.0
 
 
 class ManagedServers:
@@ -70,7 +72,10 @@ class ManagedServers:
         self.restart = restart
         self.failure: EngineServerFailed | None = None
         self._console = Console(
-            file=out if out is not None else sys.stderr, highlight=False, markup=False
+            file=out if out is not None else sys.stderr,
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
         )
         self._stopping = threading.Event()
         self._watcher: threading.Thread | None = None
@@ -89,8 +94,15 @@ class ManagedServers:
         return [server.spec.url for server in self.servers]
 
     def serve_config(self, config: ServeConfig) -> ServeConfig:
-        """`config` on these servers: their addresses as --url (comma-joined), no --launch."""
-        engine = replace(config.engine, url=",".join(self.urls))
+        """`config` on these servers: their addresses as --url (comma-joined), no --launch, and
+        the model folder as the tokenizer, the engine asking the servers for the name they
+        serve it under (`--served-model-name` in --launch-args holds)."""
+        engine = replace(
+            config.engine,
+            url=",".join(self.urls),
+            model=None,
+            tokenizer=config.engine.tokenizer or config.engine.model,
+        )
         return replace(config, engine=engine, launch=replace(config.launch, launch=False))
 
     def start(self) -> None:
@@ -134,6 +146,21 @@ class ManagedServers:
         self._console.print(
             f"rltap: engine servers up in {time.monotonic() - started:.0f} s: {urls}"
         )
+
+    def dead(self, wait: float = 0.0) -> EngineServerFailed | None:
+        """`failure`, or the failure of a server that has exited (within `wait` seconds: one
+        dying refuses connections a moment before its process ends) and the watcher has not
+        yet seen; an error elsewhere may be its consequence, this says the cause."""
+        deadline = time.monotonic() + wait
+        while self.failure is None:
+            for server in self.servers:
+                code = server.returncode()
+                if code is not None:
+                    return server.failure(f"exited with status {code} during the run")
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.1)
+        return self.failure
 
     def watch(self, on_failure: Callable[[EngineServerFailed], object]) -> None:
         """Watch the servers on a thread from now on: one that exits is restarted
@@ -281,6 +308,11 @@ async def launched_engines(
                 raise
             task.uncancel()
             raise servers.failure from None
+        except Exception as exc:  # e.g. the engine's start on a server that just died
+            failure = servers.dead(wait=_DYING_SECONDS)
+            if failure is None:
+                raise
+            raise failure from exc
         finally:
             inside.clear()
     finally:

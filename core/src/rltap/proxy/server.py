@@ -187,9 +187,14 @@ def _serve(
     )
     if servers is not None:  # a launched server that dies ends `rltap serve`
         servers.watch(lambda _failure: setattr(server, "should_exit", True))
-    server.run()
-    if servers is not None and servers.failure is not None:
-        raise servers.failure
+    try:
+        server.run()
+    finally:
+        # A launched server's death stopped the proxy, or failed the engine's start (then wait
+        # a moment for its process to end): that is the error to report.
+        failure = servers.dead(wait=0.0 if server.started else 2.0) if servers else None
+        if failure is not None:
+            raise failure
     if not server.started:
         raise SystemExit(_UVICORN_STARTUP_FAILURE)  # as uvicorn.run: e.g. the port was taken
     return 0
