@@ -156,7 +156,7 @@ def transfer_from_shards(model_dir: str, out: str) -> dict[str, Any] | None:
 
 async def _transfers(leader: RankLeader, out: Path) -> dict[str, Any]:
     async with FakeTransferVLLM() as server:
-        engine = VLLMEngine(server.url, weight_transfer="nccl", transport=server.transport(1 << 16))
+        engine = VLLMEngine(server.url, transfer=server.transfer(1 << 16))
         sync = weight_sync(engine, out / "unused")
         server.fail["update_weights"] = 1
         try:

@@ -21,7 +21,7 @@ from weight_testing import perturbed, small_qwen2
 
 from rltap.engines.base import NamedTensors, WeightFolder
 from rltap.engines.vllm import VLLMEngine
-from rltap.engines.vllm_transfer import TransferPhases
+from rltap.engines.vllm_transfer import TransferPhases, VLLMWeightTransfer
 from rltap.record.errors import EngineError, InvalidRequest
 from rltap.record.types import ModelRequest
 from rltap.testing.fakes.vllm import FakeVLLM
@@ -34,8 +34,7 @@ END = ["finish_weight_update", "reset_prefix_cache", "resume"]
 
 
 def _engine(server: FakeTransferVLLM, chunk_bytes: int = 4096, **kwargs: Any) -> VLLMEngine:
-    transport = server.transport(chunk_bytes)
-    return VLLMEngine(server.url, weight_transfer="nccl", transport=transport, **kwargs)
+    return VLLMEngine(server.url, transfer=server.transfer(chunk_bytes), **kwargs)
 
 
 def _state(model: Any) -> dict[str, torch.Tensor]:
@@ -129,7 +128,8 @@ async def test_a_failed_phase_names_it_keeps_the_version_and_the_next_update_wor
 async def test_a_failed_transfer_drops_the_connection_and_joins_anew() -> None:
     async with FakeTransferVLLM() as server:
         transport = server.transport()
-        engine = VLLMEngine(server.url, weight_transfer="ipc", transport=transport)
+        transfer = VLLMWeightTransfer("ipc", transport=transport)
+        engine = VLLMEngine(server.url, transfer=transfer)
         server.fail["update_weights"] = 1
         with pytest.raises(EngineError, match="failed at update_weights"):
             await engine.update_weights(named_tensors(small_qwen2()))
@@ -207,7 +207,9 @@ async def test_ipc_handles_travel_pickled_in_the_field_vllm_reads_over_http() ->
 
 async def test_without_the_transfer_routes_the_error_says_how_to_start_vllm() -> None:
     async with FakeVLLM() as server:
-        engine = VLLMEngine(server.url, weight_transfer="ipc", transport=_NoTransport())
+        engine = VLLMEngine(
+            server.url, transfer=VLLMWeightTransfer("ipc", transport=_NoTransport())
+        )
         with pytest.raises(EngineError, match=r"--weight-transfer-config.*ipc.*not paused"):
             await engine.update_weights(named_tensors(small_qwen2()), version=1)
         assert engine.version == 0
@@ -237,7 +239,8 @@ async def test_named_tensors_go_only_to_an_engine_that_takes_them(tmp_path: Path
         await folder_engine.update_weights(source)
     # A folder still reloads on a transfer engine: the fallback (Ray actors, older vLLM).
     async with FakeVLLM(record=tmp_path / "calls.jsonl") as server:
-        engine = VLLMEngine(server.url, weight_transfer="nccl", transport=_NoTransport())
+        transfer = VLLMWeightTransfer("nccl", transport=_NoTransport())
+        engine = VLLMEngine(server.url, weight_transfer="nccl", transfer=transfer)
         assert engine.takes_named_tensors
         assert await engine.update_weights(WeightFolder(tmp_path), version=2) == 2
     assert b"/collective_rpc" in (tmp_path / "calls.jsonl").read_bytes()
@@ -266,3 +269,15 @@ class _NoTransport:
 
     def close(self) -> None:
         pass
+
+
+def test_the_engine_flag_picks_the_transfer() -> None:
+    from rltap.config.serve import EngineConfig
+    from rltap.engines.factory import create_engine
+
+    url = "http://127.0.0.1:9"
+    engine = create_engine(EngineConfig(engine="vllm", url=url, weight_transfer="ipc"))
+    assert engine.takes_named_tensors  # type: ignore[attr-defined]
+    assert not create_engine(EngineConfig(engine="vllm", url=url)).takes_named_tensors  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="unknown vLLM weight transfer 'rdma'"):
+        VLLMEngine(url, weight_transfer="rdma")

@@ -68,7 +68,7 @@ from rltap.engines._http import EventReader, HTTPEngineBase
 from rltap.engines._http_client import EngineHTTPClient
 from rltap.engines._http_errors import error_for_status
 from rltap.engines.base import NamedTensors
-from rltap.engines.vllm_transfer import WeightTransport, weight_transfer_for
+from rltap.engines.vllm_transfer import VLLMWeightTransfer, weight_transfer_for
 from rltap.record.errors import EngineError
 from rltap.record.types import (
     Constraint,
@@ -216,7 +216,7 @@ class VLLMEngine(HTTPEngineBase):
         logprob_convention: LogprobConvention = LogprobConvention.RAW,
         max_connections: int = 0,
         weight_transfer: str = "folder",
-        transport: WeightTransport | None = None,
+        transfer: VLLMWeightTransfer | None = None,
     ) -> None:
         base_url = url.rstrip("/").removesuffix("/v1")
         super().__init__(
@@ -233,7 +233,7 @@ class VLLMEngine(HTTPEngineBase):
         self.adapter: tuple[str, int] | None = None
         self._adapters: deque[str] = deque()
         self._adapter_prefix = f"rltap-lora-{secrets.token_hex(4)}"
-        self._transfer = weight_transfer_for(weight_transfer, transport)  # None: folder
+        self._transfer = weight_transfer_for(weight_transfer, transfer)  # None: folder
         self.takes_named_tensors = self._transfer is not None
 
     async def start(self) -> None:

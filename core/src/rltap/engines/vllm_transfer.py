@@ -5,7 +5,9 @@ A vLLM server started with `--weight-transfer-config '{"backend": "nccl"}'` (or 
 from the trainer's memory: NCCL broadcasts from the trainer's GPU to the server's GPUs, CUDA
 IPC hands a colocated server (same GPU) handles to the trainer's own buffers; nothing is
 written to disk. `VLLMEngine(weight_transfer="nccl" | "ipc")` does this for `NamedTensors`
-(`rltap.engines.base`; a `WeightFolder` still reloads from disk, the fallback). One update:
+(`rltap.engines.base`; a `WeightFolder` still reloads from disk, the fallback);
+`VLLMEngine(transfer=VLLMWeightTransfer("nccl", chunk_bytes=N))` sets the chunk size. One
+update:
 
 1. `POST /init_weight_transfer_engine`, once per connection: the trainer joins the transfer
    (NCCL: a process group of the trainer as rank 0 and every vLLM worker, its size from
@@ -307,11 +309,14 @@ class VLLMWeightTransfer:
 
 
 def weight_transfer_for(
-    kind: str, transport: WeightTransport | None = None
+    kind: str, transfer: VLLMWeightTransfer | None = None
 ) -> VLLMWeightTransfer | None:
-    """The transfer a `VLLMEngine(weight_transfer=kind)` runs: None for `folder` (weights
-    reload from disk), else vLLM's `nccl` or `ipc` (through `transport`, if given)."""
-    return None if kind == "folder" else VLLMWeightTransfer(kind, transport=transport)
+    """The transfer a `VLLMEngine(weight_transfer=kind, transfer=transfer)` runs: `transfer`
+    when given (its chunk size, its transport), else None for `folder` (weights reload from
+    disk) and vLLM's own `nccl` or `ipc` transfer otherwise."""
+    if transfer is not None:
+        return transfer
+    return None if kind == "folder" else VLLMWeightTransfer(kind)
 
 
 def _describe(exc: BaseException) -> str:

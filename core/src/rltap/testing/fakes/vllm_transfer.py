@@ -10,7 +10,8 @@ vLLM 0.32's: an update needs a start before it and none already active; a failed
 the active one, a failed finish does not (vLLM's workers then refuse the next start).
 
 `transport()` gives the `rltap.engines.vllm_transfer.WeightTransport` tests run the engine
-with (`VLLMEngine(url, weight_transfer="ipc", transport=server.transport())`): as vLLM's NCCL
+with (`VLLMEngine(url, transfer=VLLMWeightTransfer("ipc", transport=server.transport()))`,
+or `transfer()` for short): as vLLM's NCCL
 transfer does, the names, dtypes and shapes of a chunk travel in `/update_weights` and the data
 beside it, here a copy of each tensor handed to the fake in this process, which checks them
 against the names, dtypes and shapes and keeps them. Chunks hold at most `chunk_bytes` (a larger
@@ -24,7 +25,7 @@ in its workers), after they did what vLLM's workers do on that failure.
 
 Usage:
     async with FakeTransferVLLM() as server:
-        engine = VLLMEngine(server.url, weight_transfer="ipc", transport=server.transport())
+        engine = VLLMEngine(server.url, transfer=server.transfer())
         await engine.update_weights(named_tensors(model), version=1)
         assert server.weight_version == "1"
 """
@@ -40,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from aiohttp import web
 
-from rltap.engines.vllm_transfer import TransferPhases, chunked
+from rltap.engines.vllm_transfer import TransferPhases, VLLMWeightTransfer, chunked
 from rltap.testing.fakes._serving import ServedApp
 from rltap.testing.fakes.vllm import make_app
 
@@ -113,6 +114,10 @@ class FakeTransferVLLM(ServedApp):
     def transport(self, chunk_bytes: int = 4096) -> LoopbackTransport:
         """A transport that hands this fake each chunk's tensors in process."""
         return LoopbackTransport(self, chunk_bytes)
+
+    def transfer(self, chunk_bytes: int = 4096, backend: str = "nccl") -> VLLMWeightTransfer:
+        """A `VLLMEngine`'s `transfer` that runs `backend`'s phases through `transport()`."""
+        return VLLMWeightTransfer(backend, transport=self.transport(chunk_bytes))
 
     def app(self) -> web.Application:
         self._idle.set()
