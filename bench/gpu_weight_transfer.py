@@ -41,7 +41,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, NamedTuple
 
 SKIPPED = 77
 QWEN2_0_5B = {
@@ -57,7 +57,6 @@ QWEN2_0_5B = {
     "tie_word_embeddings": True,
     "bos_token_id": 151643,
     "eos_token_id": 151645,
-    "torch_dtype": "bfloat16",
 }
 PROMPT = [151644, 872, 198, 9707, 11, 1246, 525, 498, 30, 151645, 198, 151644, 77091, 198]
 
@@ -115,8 +114,14 @@ def build_model(out: Path) -> Any:
     return model
 
 
-def start_server(args: argparse.Namespace, model_dir: Path, backend: str, gpu: int) -> Any:
-    """`vllm serve` with rltap's flags and `backend`'s transfer on GPU `gpu`; its process."""
+class Server(NamedTuple):
+    process: subprocess.Popen[bytes]
+    url: str
+    log: IO[bytes]
+
+
+def start_server(args: argparse.Namespace, model_dir: Path, backend: str, gpu: int) -> Server:
+    """`vllm serve` with rltap's flags and `backend`'s transfer on GPU `gpu`."""
     import socket
 
     from rltap.engines.launch import vllm_command
@@ -125,7 +130,7 @@ def start_server(args: argparse.Namespace, model_dir: Path, backend: str, gpu: i
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     extra = ["--gpu-memory-utilization", str(args.gpu_share), "--enforce-eager"]
-    extra += ["--max-model-len", "2048"]
+    extra += ["--max-model-len", "2048", "--dtype", "bfloat16"]
     command = vllm_command(
         model_dir,
         binary=args.vllm_bin,
@@ -138,12 +143,11 @@ def start_server(args: argparse.Namespace, model_dir: Path, backend: str, gpu: i
     env = {**os.environ, **command.env, "VLLM_ALLOW_INSECURE_SERIALIZATION": "1"}
     env["CUDA_VISIBLE_DEVICES"] = _physical(gpu)
     log = open(model_dir.parent / f"vllm-{backend}.log", "wb")  # noqa: SIM115
+    print(f"starting {' '.join(command.argv)} (log: {log.name})", flush=True)
     process = subprocess.Popen(
         command.argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
     )
-    process.url = f"http://127.0.0.1:{port}"  # type: ignore[attr-defined]
-    process.log_path = log.name  # type: ignore[attr-defined]
-    return process
+    return Server(process, f"http://127.0.0.1:{port}", log)
 
 
 def _physical(gpu: int) -> str:
@@ -151,33 +155,35 @@ def _physical(gpu: int) -> str:
     return visible.split(",")[gpu] if visible else str(gpu)
 
 
-def wait_ready(process: Any, timeout: float) -> None:
+def wait_ready(server: Server, timeout: float) -> None:
     started = time.monotonic()
     while time.monotonic() - started < timeout:
-        if process.poll() is not None:
-            tail = Path(process.log_path).read_text(errors="replace")[-3000:]
-            sys.exit(f"vLLM exited ({process.returncode}) before it was ready:\n{tail}")
+        if server.process.poll() is not None:
+            tail = Path(server.log.name).read_text(errors="replace")[-3000:]
+            sys.exit(f"vLLM exited ({server.process.returncode}) before it was ready:\n{tail}")
         try:
-            with urllib.request.urlopen(process.url + "/health", timeout=2) as reply:
+            with urllib.request.urlopen(server.url + "/health", timeout=2) as reply:
                 if reply.status == 200:
                     print(f"vLLM ready in {time.monotonic() - started:.0f} s", flush=True)
                     return
         except OSError:
             pass
         time.sleep(1)
-    sys.exit(f"vLLM did not become healthy in {timeout:.0f} s; see {process.log_path}")
+    sys.exit(f"vLLM did not become healthy in {timeout:.0f} s; see {server.log.name}")
 
 
-def stop(process: Any) -> None:
+def stop(server: Server) -> None:
+    """End the server's whole process group (the API server and its engine core)."""
     import signal
 
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
+    if server.process.poll() is None:
+        os.killpg(server.process.pid, signal.SIGTERM)
         try:
-            process.wait(30)
+            server.process.wait(30)
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+            os.killpg(server.process.pid, signal.SIGKILL)
+            server.process.wait()
+    server.log.close()
 
 
 def perturb(model: Any, seed: int) -> None:
