@@ -396,22 +396,28 @@ def test_a_sigkilled_rltap_leaves_no_server(tmp_path: Path, fake_vllm: Path) -> 
 # --- through the command line: rltap rollout --launch, rltap serve --launch + SIGTERM ----------
 
 
-def test_rltap_rollout_launches_its_engine_into_the_run_folder(
-    tmp_path: Path, fake_vllm: Path, qwen_tokenizer_dir: Path, before: set[int]
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_rltap_rollout_launches_its_engines_into_the_run_folder(
+    tmp_path: Path, fake_vllm: Path, qwen_tokenizer_dir: Path, before: set[int], replicas: int
 ) -> None:
     toy = Path(__file__).resolve().parents[2] / "examples" / "train_toy"
     out = tmp_path / "out"
     argv = _rollout_argv(
-        out, qwen_tokenizer_dir, fake_vllm, "--launch-args", "--max-model-len 1024"
-    )
+        out, qwen_tokenizer_dir, fake_vllm, "--launch-args", "--max-model-len 1024",
+        "--launch-replicas", str(replicas), "--group-size", "2",
+    )  # fmt: skip
     assert main(argv) == 0
     lines = (out / "trajectories.jsonl").read_text().splitlines()
-    assert len(lines) == len((toy / "data.jsonl").read_text().splitlines())
-    (call,) = _calls(fake_vllm)
-    assert call["argv"][1:3] == ["serve", str(qwen_tokenizer_dir)]
-    assert call["argv"][-2:] == ["--max-model-len", "1024"]
-    assert call["env"]["VLLM_SERVER_DEV_MODE"] == "1"
-    assert "--- rltap starts vllm-0" in (out / "engines" / "vllm-0.log").read_text()
+    assert len(lines) == 2 * len((toy / "data.jsonl").read_text().splitlines())
+    calls = _calls(fake_vllm)
+    assert len(calls) == replicas
+    assert len({call["argv"][6] for call in calls}) == replicas  # a port each
+    for index, call in enumerate(calls):
+        assert call["argv"][1:3] == ["serve", str(qwen_tokenizer_dir)]
+        assert call["argv"][-2:] == ["--max-model-len", "1024"]
+        assert call["env"]["VLLM_SERVER_DEV_MODE"] == "1"
+        log = out / "engines" / f"vllm-{index}.log"
+        assert f"--- rltap starts vllm-{index}" in log.read_text()
     assert still_running(_pids(fake_vllm), wait=10) == []
     assert left_behind(before, wait=5) == []
 
@@ -497,8 +503,15 @@ def test_rltap_train_launches_a_lora_server_into_its_run_folder(
 
 
 @pytest.mark.slow
-def test_rltap_serve_launch_stops_its_servers_on_sigterm(
-    tmp_path: Path, fake_vllm: Path, qwen_tokenizer_dir: Path
+@pytest.mark.parametrize(
+    ("signum", "status"),
+    [
+        pytest.param(signal.SIGTERM, 128 + signal.SIGTERM, id="SIGTERM"),
+        pytest.param(signal.SIGINT, -signal.SIGINT, id="SIGINT"),  # KeyboardInterrupt's
+    ],
+)
+def test_rltap_serve_launch_stops_its_servers_on_a_signal(
+    tmp_path: Path, fake_vllm: Path, qwen_tokenizer_dir: Path, signum: int, status: int
 ) -> None:
     port = _free_port_run(1)
     command = [
@@ -510,8 +523,9 @@ def test_rltap_serve_launch_stops_its_servers_on_sigterm(
     with _rltap(command) as rltap:
         _wait_for(f"http://127.0.0.1:{port}/health", rltap)
         pids = _pids(fake_vllm)
-        rltap.send_signal(signal.SIGTERM)
-        assert rltap.wait(timeout=30) == 128 + signal.SIGTERM
+        rltap.send_signal(signum)
+        assert rltap.wait(timeout=30) == status
+    assert len(pids) == 2
     assert still_running(pids, wait=10) == []
 
 
