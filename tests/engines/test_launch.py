@@ -396,6 +396,7 @@ def test_a_sigkilled_rltap_leaves_no_server(tmp_path: Path, fake_vllm: Path) -> 
 # --- through the command line: rltap rollout --launch, rltap serve --launch + SIGTERM ----------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("replicas", [1, 2])
 def test_rltap_rollout_launches_its_engines_into_the_run_folder(
     tmp_path: Path, fake_vllm: Path, qwen_tokenizer_dir: Path, before: set[int], replicas: int
@@ -431,6 +432,7 @@ def _rollout_argv(out: Path, tokenizer: Path, fake_vllm: Path, *more: str) -> li
     ]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_a_server_dying_mid_rollout_ends_it_with_its_log(
     tmp_path: Path,
     fake_vllm: Path,
