@@ -282,6 +282,21 @@ def test_a_taken_port_is_named_before_anything_starts(tmp_path: Path, fake_vllm:
     assert _calls(fake_vllm) == []
 
 
+def test_rltap_serve_launch_refuses_a_taken_proxy_port_first(
+    fake_vllm: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        argv = ["serve", "--engine", "vllm", "--model", "/m", "--launch", "--port", str(port)]
+        with pytest.raises(SystemExit) as exited:
+            main([*argv, "--vllm-bin", str(fake_vllm)])
+    assert exited.value.code == 2
+    assert f"--port: port {port} on 127.0.0.1 is taken" in capsys.readouterr().err
+    assert _calls(fake_vllm) == []
+
+
 def test_a_server_that_exits_at_start_is_quoted(
     tmp_path: Path, fake_vllm: Path, monkeypatch: pytest.MonkeyPatch, before: set[int]
 ) -> None:

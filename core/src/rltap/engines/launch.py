@@ -49,6 +49,7 @@ from rltap.config.serve import ServeConfig, WeightTransfer
 __all__ = [
     "Command",
     "ServerSpec",
+    "check_port_free",
     "server_specs",
     "sglang_command",
     "vllm_command",
@@ -232,13 +233,20 @@ def _ports(host: str, first: int | None, count: int) -> list[int]:
     if first is None:
         return _free_ports(host, count)
     for port in range(first, first + count):
-        with socket.socket(_family(host)) as sock:
-            try:
-                sock.bind((host, port))
-            except OSError as exc:
-                msg = f"--launch-port: port {port} on {host} is taken ({exc.strerror})"
-                raise ConfigError(msg) from None
+        check_port_free(host, port, "--launch-port")
     return list(range(first, first + count))
+
+
+def check_port_free(host: str, port: int, flag: str) -> None:
+    """`ConfigError` naming `flag` when something listens on `host`:`port` (a port a closed
+    connection still waits on is free to a server, which binds with SO_REUSEADDR, as here)."""
+    with socket.socket(_family(host)) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            msg = f"{flag}: port {port} on {host} is taken ({exc.strerror})"
+            raise ConfigError(msg) from None
 
 
 def _free_ports(host: str, count: int) -> list[int]:

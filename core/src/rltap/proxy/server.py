@@ -17,6 +17,7 @@ from rltap.config.flags import ConfigError
 from rltap.config.serve import ServeConfig, ServerConfig, check_admin_key
 from rltap.engines.base import InferenceEngine
 from rltap.engines.factory import create_engine
+from rltap.engines.launch import check_port_free
 from rltap.engines.managed import ManagedServers, log_folder
 from rltap.proxy.app import create_app
 
@@ -151,6 +152,7 @@ def run_serve(config: ServerConfig) -> int:
         admin_key = secrets.token_urlsafe(24)
     if not config.serve.launch.launch:
         return _serve(config, config.serve, admin_key, generated=generated)
+    check_port_free(config.host, config.port, "--port")  # before the servers' minutes of start
     servers = ManagedServers.of(config.serve, log_dir=log_folder(config.serve, None))
     with servers.running():
         return _serve(
