@@ -456,12 +456,12 @@ def vllm_model_dir(tiny_model_dir: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def vllm_server(vllm_model_dir: Path) -> Iterator[VLLMServer]:
-    # The guidance backend reads the llguidance Lark grammars rltap sends for tool calls.
-    backend = ("--structured-outputs-config", '{"backend": "guidance"}')
-    # Development mode: the weight sync test reloads weights through vLLM's /pause, /resume and
-    # /collective_rpc routes; runtime LoRA: the LoRA sync test loads adapters.
+    # Started as `--launch` starts vLLM (`rltap.engines.launch.vllm_command`): the guidance
+    # backend, which reads the Lark grammars rltap sends for tool calls, and development mode,
+    # through whose /pause, /resume and /collective_rpc the weight sync test reloads weights;
+    # runtime LoRA: the LoRA sync test loads adapters.
     with VLLMServer.started(
-        vllm_model_dir, max_model_len=1024, extra_args=backend, dev_mode=True, lora_rank=8
+        vllm_model_dir, max_model_len=1024, dev_mode=True, lora_rank=8
     ) as server:
         print(f"vLLM server started in {server.startup_seconds:.1f} s")
         started = time.perf_counter()
