@@ -191,6 +191,20 @@ async def test_requests_in_flight_keep_their_version_and_held_ones_get_the_new_o
     assert completions == [None, "1"]  # the held request ran on the new weights
 
 
+async def test_two_updates_at_once_run_one_after_the_other() -> None:
+    async with FakeTransferVLLM() as server:
+        engine = _engine(server, chunk_bytes=1 << 20)
+        first, second = named_tensors(small_qwen2()), named_tensors(perturbed(small_qwen2()))
+        versions = await asyncio.gather(
+            engine.update_weights(first, version=1), engine.update_weights(second, version=2)
+        )
+        await engine.close()
+    assert versions == [1, 2]
+    one = [*SYNC, "update_weights", *END]
+    assert server.phases() == ["init_weight_transfer_engine", *one, *one]
+    assert server.weight_version == "2"
+
+
 async def test_ipc_handles_travel_pickled_in_the_field_vllm_reads_over_http() -> None:
     handles = [{"GPU-0": ("storage", 7, (2, 3))}]
     async with FakeTransferVLLM() as server:

@@ -212,16 +212,23 @@ class VLLMWeightTransfer:
         self._transport = transport
         self._phases: TransferPhases | None = None
         self._connected = False
+        self._lock = asyncio.Lock()
 
     async def update(
         self, client: EngineHTTPClient, source: NamedTensors, version: int, engine: EngineBase
     ) -> None:
         """Move `source` into the server and `engine`'s version to `version` just before it
-        resumes; on any failure raise `EngineError`, the version as it was."""
-        if self._phases is None:
-            self._phases = TransferPhases(client.base_url, self.backend)
-        phases = self._phases
-        phases.bind(client, version)
+        resumes; on any failure raise `EngineError`, the version as it was. One update at a
+        time: a second waits for the first."""
+        async with self._lock:
+            if self._phases is None:
+                self._phases = TransferPhases(client.base_url, self.backend)
+            self._phases.bind(client, version)
+            await self._update(self._phases, source, version, engine)
+
+    async def _update(
+        self, phases: TransferPhases, source: NamedTensors, version: int, engine: EngineBase
+    ) -> None:
         if not self._connected:
             await self._run("init_weight_transfer_engine", phases, self._connect(phases), source)
             self._connected = True
@@ -350,8 +357,8 @@ def _paused(
         held = f"it holds the weights of version {version}, its prefix cache KV of the old ones"
     elif phase == "finish_weight_update":
         held = (
-            "its weights may be half processed and its workers may still be inside the update "
-            "(a next start_weight_update then fails: restart the server)"
+            "its weights may be half processed, and its workers may still be inside the "
+            "update, refusing the next start_weight_update: then restart the server"
         )
     else:
         held = "its weights may be half updated"
