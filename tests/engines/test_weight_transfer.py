@@ -21,7 +21,7 @@ from weight_testing import perturbed, small_qwen2
 
 from rltap.engines.base import NamedTensors, WeightFolder
 from rltap.engines.vllm import VLLMEngine
-from rltap.engines.vllm_transfer import TransferPhases, VLLMWeightTransfer
+from rltap.engines.vllm_transfer import TransferPhases, VLLMWeightTransfer, rendezvous_address
 from rltap.record.errors import EngineError, InvalidRequest
 from rltap.record.types import ModelRequest
 from rltap.testing.fakes.vllm import FakeVLLM
@@ -217,6 +217,22 @@ async def test_ipc_handles_travel_pickled_in_the_field_vllm_reads_over_http() ->
     sent = server.calls[-1]["body"]["update_info"]
     assert "ipc_handles" not in sent
     assert pickle.loads(base64.b64decode(sent["ipc_handles_pickled"])) == handles
+
+
+async def test_the_nccl_group_size_is_one_trainer_plus_vllms_workers() -> None:
+    async with FakeTransferVLLM(world_size=4) as server:
+        engine = _engine(server)
+        phases = TransferPhases(server.url, "nccl")
+        phases.bind(engine._client.detached(), version=1)
+        assert await asyncio.to_thread(phases.world_size) == 4
+    assert server.phases() == ["get_world_size"]
+
+
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.1:8000", "http://localhost:8000/v1", "http://[::1]:8000"]
+)
+def test_a_server_on_this_machine_joins_the_trainer_on_the_loopback(url: str) -> None:
+    assert rendezvous_address(url) == "127.0.0.1"
 
 
 async def test_without_the_transfer_routes_the_error_says_how_to_start_vllm() -> None:

@@ -5,18 +5,16 @@ environment (a GPU user's, with vllm installed) needs vllm. vLLM's engine does t
 `WeightTransferTrainerFactory.trainer_init` joins the transfer (NCCL: the trainer is rank 0 of
 a process group with every vLLM worker), `send_weights` drives start, update and finish and
 moves the tensors, packed in buffers of `chunk_bytes`. This module only adapts rltap's
-`NamedTensors` to vLLM's `WeightSource` and picks the NCCL rendezvous address.
+`NamedTensors` to vLLM's `WeightSource` and opens the NCCL rendezvous on a free port.
 
 Written against vLLM 0.32.0 (`vllm.distributed.weight_transfer`).
 """
 
 from __future__ import annotations
 
-import ipaddress
 import socket
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 import torch
 
@@ -43,7 +41,7 @@ except ImportError as exc:
 if TYPE_CHECKING:
     from rltap.engines.base import NamedTensors
 
-__all__ = ["VLLMTransport", "rendezvous_address"]
+__all__ = ["VLLMTransport"]
 
 
 class _Current(WeightSource):  # type: ignore[misc]
@@ -68,9 +66,9 @@ class _Current(WeightSource):  # type: ignore[misc]
 
 
 class VLLMTransport:
-    """vLLM's NCCL or IPC trainer engine for the server at `url`."""
+    """vLLM's NCCL or IPC trainer engine; NCCL's workers join the trainer at `address`."""
 
-    def __init__(self, backend: str, chunk_bytes: int, url: str) -> None:
+    def __init__(self, backend: str, chunk_bytes: int, address: str) -> None:
         if not torch.cuda.is_available():
             msg = (
                 f"vLLM's {backend} weight transfer needs a CUDA device in the trainer's "
@@ -79,7 +77,7 @@ class VLLMTransport:
             raise RuntimeError(msg)
         self.backend = backend
         self.chunk_bytes = chunk_bytes
-        self.url = url
+        self.address = address
         self._source: _Current | None = None
         self._engine: Any = None
 
@@ -90,7 +88,7 @@ class VLLMTransport:
         info: Any
         if self.backend == "nccl":
             info = NCCLTrainerInitInfo(
-                master_address=rendezvous_address(self.url),
+                master_address=self.address,
                 master_port=_free_port(),
                 world_size=1 + phases.world_size(),
                 packed=True,
@@ -116,24 +114,6 @@ class VLLMTransport:
         if self._engine is not None:
             engine, self._engine = self._engine, None
             engine.shutdown()
-
-
-def rendezvous_address(url: str) -> str:
-    """This host's address as the vLLM server at `url` reaches it: loopback for a server on
-    this machine, else the address of the interface the route to it leaves by."""
-    host = urlsplit(url).hostname or "127.0.0.1"
-    if host == "localhost" or _loopback(host):
-        return "127.0.0.1"
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        probe.connect((host, 9))  # UDP: nothing is sent, the route is chosen
-        return str(probe.getsockname()[0])
-
-
-def _loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _free_port() -> int:

@@ -49,9 +49,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import ipaddress
 import pickle
+import socket
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import urlsplit
 
 from rltap.engines._http_errors import error_for_status
 from rltap.engines.base import NamedTensors
@@ -69,6 +72,7 @@ __all__ = [
     "VLLMWeightTransfer",
     "WeightTransport",
     "chunked",
+    "rendezvous_address",
     "weight_transfer_for",
 ]
 
@@ -254,8 +258,11 @@ class VLLMWeightTransfer:
             if self._transport is None:
                 from rltap.engines import _vllm_transport  # needs vllm: the trainer's env only
 
-                url = phases.base_url
-                self._transport = _vllm_transport.VLLMTransport(self.backend, self.chunk_bytes, url)
+                nccl = self.backend == "nccl"
+                address = rendezvous_address(phases.base_url) if nccl else ""
+                self._transport = _vllm_transport.VLLMTransport(
+                    self.backend, self.chunk_bytes, address
+                )
             self._transport.connect(phases, source)
 
         return connect
@@ -324,6 +331,22 @@ def weight_transfer_for(
     if transfer is not None:
         return transfer
     return None if kind == "folder" else VLLMWeightTransfer(kind)
+
+
+def rendezvous_address(url: str) -> str:
+    """This host's address as the vLLM server at `url` reaches it (where its workers join the
+    trainer's NCCL group): loopback for a server on this machine, else the address of the
+    interface the route to it leaves by."""
+    host = urlsplit(url).hostname or "127.0.0.1"
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name
+        loopback = False
+    if loopback:
+        return "127.0.0.1"
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect((host, 9))  # UDP: nothing is sent, the route is chosen
+        return str(probe.getsockname()[0])
 
 
 def _describe(exc: BaseException) -> str:
