@@ -140,6 +140,15 @@ async def test_a_failed_transfer_drops_the_connection_and_joins_anew() -> None:
         await engine.close()
 
 
+async def test_an_ipc_update_refused_asks_whether_vllm_may_unpickle_handles() -> None:
+    async with FakeTransferVLLM() as server:
+        engine = VLLMEngine(server.url, transfer=server.transfer(backend="ipc"))
+        server.fail["update_weights"] = 1
+        with pytest.raises(EngineError, match="VLLM_ALLOW_INSECURE_SERIALIZATION=1 set"):
+            await engine.update_weights(named_tensors(small_qwen2()), version=1)
+        await engine.close()
+
+
 async def test_a_failed_finish_says_vllm_may_refuse_the_next_start() -> None:
     async with FakeTransferVLLM() as server:
         engine = _engine(server)

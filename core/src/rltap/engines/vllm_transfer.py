@@ -182,7 +182,12 @@ class TransferPhases:
             msg = f"vLLM at {self.base_url} has no /{phase} route: " + (_SERVER % self._backend)
             raise EngineError(msg)
         if reply.status >= 400:
-            raise error_for_status(self._client.engine, reply.status, reply.payload)
+            error = error_for_status(self._client.engine, reply.status, reply.payload)
+            if phase == "update_weights" and self._backend == "ipc":
+                # vLLM's workers refuse pickled IPC handles without it, as a bare HTTP 500.
+                msg = f"{error.message} (is VLLM_ALLOW_INSECURE_SERIALIZATION=1 set for vLLM?)"
+                raise EngineError(msg, is_retryable=error.is_retryable) from error
+            raise error
         return reply.data
 
 
