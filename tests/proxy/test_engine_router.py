@@ -27,7 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from rltap.chat.renderer import ChatRenderer
 from rltap.engines.router import EngineRouter
 from rltap.engines.vllm import VLLMEngine
-from rltap.proxy import create_app
+from rltap.proxy import ProxyServer, create_app
 from rltap.record.errors import EngineUnavailable
 from rltap.testing.fakes import FakeVLLM
 from rltap.testing.proxy import TEST_ADMIN_KEY, RunningProxy, start_test_proxy
@@ -181,6 +181,18 @@ async def test_a_proxy_over_a_dead_address_does_not_start_and_says_which(
     assert live.url not in error.message
 
 
+async def test_a_proxy_server_raises_why_its_engine_did_not_start(
+    renderer: ChatRenderer,
+) -> None:
+    dead = free_address()
+    async with FakeVLLM() as live:
+        router = EngineRouter([VLLMEngine(live.url), VLLMEngine(dead)])
+        app = create_app(router, renderer, admin_key=TEST_ADMIN_KEY)
+        with pytest.raises(EngineUnavailable, match="not answering at start"):
+            async with ProxyServer(app):  # what rltap rollout and train serve through
+                pass
+
+
 @pytest.mark.slow
 def test_serve_refuses_a_dead_address_at_start(tiny_model_dir: Path) -> None:
     dead = free_address()
@@ -191,6 +203,7 @@ def test_serve_refuses_a_dead_address_at_start(tiny_model_dir: Path) -> None:
         "--admin-key", "admin-key-for-tests-0123456789",
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
-    assert done.returncode != 0
-    assert dead in done.stderr
-    assert "not answering at start" in done.stderr
+    assert done.returncode == 2  # EXIT_ERROR: rltap's own error, its last line
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("rltap serve: engine servers not answering at start: ")
+    assert dead in last

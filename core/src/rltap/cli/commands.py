@@ -33,7 +33,7 @@ from rltap.config import (
     add_arguments,
     parse,
 )
-from rltap.record.errors import EngineServerFailed, RltapError
+from rltap.record.errors import EngineServerFailed, ProxyStartFailed, RltapError, Terminated
 from rltap.rollout.evaluate import eval_command
 from rltap.rollout.ray.runs import ray_rollout
 from rltap.rollout.runner import rollout_command
@@ -44,7 +44,9 @@ __all__ = ["COMMANDS", "EXIT_ENGINE", "EXIT_ERROR", "build_parser", "main"]
 
 # The exit status of a command that raised rltap's error: argparse's for a refused flag.
 EXIT_ERROR = 2
-# ... and of one whose launched engine server failed (3 is uvicorn's, for a proxy not started).
+# ... of a proxy that did not start (uvicorn's own status for it) ...
+EXIT_PROXY = 3
+# ... and of one whose launched engine server failed.
 EXIT_ENGINE = 4
 
 T = TypeVar("T")
@@ -243,5 +245,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return handler(args)
     except (ConfigError, RltapError) as exc:  # a refused setting, or what rltap says failed
         print(f"rltap {args.command}: {exc}", file=sys.stderr)
-        status = EXIT_ENGINE if isinstance(exc, EngineServerFailed) else EXIT_ERROR
-        raise SystemExit(status) from None
+        raise SystemExit(_exit_status(exc)) from None
+    except Terminated as exc:  # SIGTERM while rltap held servers: they are stopped now
+        raise SystemExit(128 + exc.signum) from None
+
+
+def _exit_status(error: Exception) -> int:
+    if isinstance(error, EngineServerFailed):
+        return EXIT_ENGINE
+    if isinstance(error, ProxyStartFailed):
+        return EXIT_PROXY
+    return EXIT_ERROR

@@ -11,11 +11,11 @@ the run the same way, or with --restart-engines is started again on its port and
 
 Stopping sends SIGTERM to each server's group (vLLM's API server and its engine-core process),
 then SIGKILL to what is left after a grace. It happens when the run ends, on an error, on
-Ctrl-C, on SIGTERM to rltap (turned into `SystemExit` while servers run, so the same cleanup
-runs) and at interpreter exit; a server started from the main thread also gets SIGTERM from
-Linux when rltap dies without cleaning up (SIGKILL): the parent-death signal, set between fork
-and exec. It reaches the server's own process only; vLLM's engine core ends when its API
-server does.
+Ctrl-C, on SIGTERM to rltap (turned into `rltap.record.errors.Terminated` while servers run,
+so the same cleanup runs) and at interpreter exit; a server started from the main thread also
+gets SIGTERM from Linux when rltap dies without cleaning up (SIGKILL): the parent-death signal,
+set between fork and exec. It reaches the server's own process only; vLLM's engine core ends
+when its API server does.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from rich.console import Console
 from rltap.config.serve import ServeConfig
 from rltap.engines._process import ManagedServer
 from rltap.engines.launch import ServerSpec, server_specs
-from rltap.record.errors import EngineServerFailed
+from rltap.record.errors import EngineServerFailed, Terminated
 
 __all__ = ["ManagedServer", "ManagedServers", "launched_engines", "log_folder"]
 
@@ -253,7 +253,7 @@ class ManagedServers:
         return EngineServerFailed("rltap stopped while its engine servers were starting")
 
     def _catch_sigterm(self) -> None:
-        """While servers run, SIGTERM to rltap exits by `SystemExit` (cleanup runs, the servers
+        """While servers run, SIGTERM to rltap raises `Terminated` (cleanup runs, the servers
         stop) instead of ending the process on the spot."""
         if threading.current_thread() is not threading.main_thread():
             return
@@ -320,4 +320,4 @@ async def launched_engines(
 
 
 def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise SystemExit(128 + signum)
+    raise Terminated(signum)

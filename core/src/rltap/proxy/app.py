@@ -70,8 +70,10 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         try:
             await engine.start()
-        except RltapError as exc:
-            state.startup_error = exc
+        except BaseException as exc:
+            if isinstance(exc, RltapError):
+                state.startup_error = exc
+            await _close(engine, capture)  # the proxy will not serve: its writer must end too
             raise
         reaper = asyncio.create_task(state.store.run_reaper())
         try:
@@ -80,14 +82,20 @@ def create_app(
             reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reaper
-            await engine.close()
-            if capture is not None:
-                capture.close()
+            await _close(engine, capture)
 
     app = FastAPI(title="rltap proxy", version="0.1.0", lifespan=lifespan)
     app.state.rltap = state
     _mount_routes(app, state)
     return app
+
+
+async def _close(engine: InferenceEngine, capture: CaptureStore | None) -> None:
+    try:
+        await engine.close()
+    finally:
+        if capture is not None:
+            capture.close()
 
 
 def _proxy_state(

@@ -20,6 +20,7 @@ from rltap.engines.factory import create_engine
 from rltap.engines.launch import check_port_free
 from rltap.engines.managed import ManagedServers, log_folder
 from rltap.proxy.app import create_app
+from rltap.record.errors import ProxyStartFailed, RltapError, Terminated
 
 __all__ = [
     "UVICORN_OPTIONS",
@@ -50,8 +51,6 @@ UVICORN_OPTIONS: dict[str, Any] = {
     "loop": "uvloop",
     "http": "httptools",
 }
-# uvicorn.run's exit status when the server could not start.
-_UVICORN_STARTUP_FAILURE = 3
 
 
 class ProxyServer:
@@ -65,6 +64,7 @@ class ProxyServer:
     def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> None:
         config = uvicorn.Config(app, host=host, port=port, lifespan="on", **UVICORN_OPTIONS)
         self._server = uvicorn.Server(config)
+        self._app = app
         self._task: asyncio.Task[None] | None = None
         self.host = host
         self.port = port
@@ -74,15 +74,22 @@ class ProxyServer:
         return f"http://{self.host}:{self.port}"
 
     async def __aenter__(self) -> ProxyServer:
-        self._task = asyncio.create_task(self._server.serve())
+        self._task = asyncio.create_task(self._serve())
         while not self._server.started:
             if self._task.done():
                 self._task.result()  # raises why it stopped
-                msg = "the proxy server stopped while starting"
-                raise RuntimeError(msg)
+                raise not_started(self._app, self.url)
             await asyncio.sleep(0.01)
         self.port = self._server.servers[0].sockets[0].getsockname()[1]
         return self
+
+    async def _serve(self) -> None:
+        try:
+            await self._server.serve()
+        except BaseException as exc:  # uvicorn exits (SystemExit) when it cannot start
+            if self._server.started or isinstance(exc, asyncio.CancelledError | KeyboardInterrupt):
+                raise
+            raise not_started(self._app, self.url) from None
 
     async def __aexit__(
         self,
@@ -190,7 +197,12 @@ def _serve(
     if servers is not None:  # a launched server that dies ends `rltap serve`
         servers.watch(lambda _failure: setattr(server, "should_exit", True))
     try:
-        server.run()
+        try:
+            server.run()
+        except BaseException as exc:  # uvicorn ends the process when it cannot start
+            if server.started or isinstance(exc, KeyboardInterrupt | Terminated):
+                raise
+            raise not_started(app, where) from None
     finally:
         # A launched server's death stopped the proxy, or failed the engine's start (then wait
         # a moment for its process to end): that is the error to report.
@@ -198,5 +210,15 @@ def _serve(
         if failure is not None:
             raise failure
     if not server.started:
-        raise SystemExit(_UVICORN_STARTUP_FAILURE)  # as uvicorn.run: e.g. the port was taken
+        raise not_started(app, where)
     return 0
+
+
+def not_started(app: FastAPI, where: str) -> RltapError:
+    """Why the proxy's uvicorn server stopped before serving: the engine's start failed (its
+    error), else uvicorn's own reason, which it logged (a port taken, ...)."""
+    startup_error: RltapError | None = app.state.rltap.startup_error
+    if startup_error is not None:
+        return startup_error
+    msg = f"the proxy did not start on {where} (uvicorn's reason is above: a port taken?)"
+    return ProxyStartFailed(msg)

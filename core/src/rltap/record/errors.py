@@ -43,12 +43,25 @@ __all__ = [
     "NotFound",
     "PayloadTooLarge",
     "PermissionDenied",
+    "ProxyStartFailed",
     "RltapError",
     "SessionGone",
     "StoreUnavailable",
+    "Terminated",
     "ThreadNotFound",
     "error_for_status",
 ]
+
+
+class Terminated(BaseException):
+    """rltap was sent `signum` (SIGTERM) while it held processes of its own (`--launch`'s engine
+    servers). Raised in the main thread, as Ctrl-C raises KeyboardInterrupt, so every cleanup
+    runs and the servers stop; `rltap` then exits with 128 + `signum`, as a process the signal
+    ended would. Not an `Exception`: no `except Exception` may swallow a request to stop."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"rltap received signal {signum}")
+        self.signum = signum
 
 
 class RltapError(Exception):
@@ -177,6 +190,11 @@ class EngineServerFailed(EngineUnavailable):
 
     def __init__(self, message: str, *, is_retryable: bool = False) -> None:
         super().__init__(message, is_retryable=is_retryable)
+
+
+class ProxyStartFailed(RltapError):
+    """`rltap serve`'s HTTP server did not start; uvicorn logged why just before (a port
+    taken, ...)."""
 
 
 class EngineTimeout(EngineError):
