@@ -139,8 +139,7 @@ def start_server(args: argparse.Namespace, model_dir: Path, backend: str, gpu: i
         weight_transfer=backend,
         extra_args=extra,
     )
-    # IPC handles travel pickled over HTTP, which vLLM unpickles only when allowed.
-    env = {**os.environ, **command.env, "VLLM_ALLOW_INSECURE_SERIALIZATION": "1"}
+    env = {**os.environ, **command.env}
     env["CUDA_VISIBLE_DEVICES"] = _physical(gpu)
     log = open(model_dir.parent / f"vllm-{backend}.log", "wb")  # noqa: SIM115
     print(f"starting {' '.join(command.argv)} (log: {log.name})", flush=True)

@@ -177,6 +177,8 @@ def test_gpus_split_over_replicas_on_consecutive_ports(tmp_path: Path, fake_vllm
         assert argv[argv.index("--tensor-parallel-size") + 1] == "2"
         assert argv[argv.index("--weight-transfer-config") + 1] == '{"backend": "ipc"}'
         assert argv[-2:] == ("--dtype", "float 32")
+        # vLLM unpickles the CUDA IPC handles rltap sends only when this allows it
+        assert spec.command.env["VLLM_ALLOW_INSECURE_SERIALIZATION"] == "1"
 
 
 def test_sglang_command() -> None:

@@ -16,7 +16,9 @@ named `vllm`):
 - `VLLM_SERVER_DEV_MODE=1`: vLLM registers `/pause`, `/collective_rpc`, `/resume` (the folder
   reload of a weight sync) and its RL routes (`/init_weight_transfer_engine`, ...) only in
   development mode.
-- `--weight-transfer-config '{"backend": "nccl"}'` (or `ipc`) when `--weight-transfer` says so.
+- `--weight-transfer-config '{"backend": "nccl"}'` (or `ipc`) when `--weight-transfer` says so;
+  with `ipc` also `VLLM_ALLOW_INSECURE_SERIALIZATION=1`: the CUDA IPC handles reach vLLM
+  pickled (`rltap.engines.vllm_transfer`), which it refuses otherwise.
 - LoRA (`rltap train --lora-rank N`): `--enable-lora --max-lora-rank N` and
   `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`, for `/v1/load_lora_adapter`.
 - GPUs (`--launch-gpus`): `CUDA_VISIBLE_DEVICES` of the server's share, and
@@ -108,6 +110,8 @@ def vllm_command(
     env = {"VLLM_SERVER_DEV_MODE": "1"}
     if weight_transfer != "folder":
         argv += ["--weight-transfer-config", json.dumps({"backend": weight_transfer})]
+    if weight_transfer == "ipc":
+        env["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
     if lora_rank:
         argv += ["--enable-lora", "--max-lora-rank", str(lora_rank)]
         env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"

@@ -215,7 +215,7 @@ class VLLMEngine(HTTPEngineBase):
         version: int = 0,
         logprob_convention: LogprobConvention = LogprobConvention.RAW,
         max_connections: int = 0,
-        weight_transfer: str = "folder",
+        weight_transfer: str | None = None,
         transfer: VLLMWeightTransfer | None = None,
     ) -> None:
         base_url = url.rstrip("/").removesuffix("/v1")

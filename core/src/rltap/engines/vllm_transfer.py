@@ -328,14 +328,15 @@ class VLLMWeightTransfer:
 
 
 def weight_transfer_for(
-    kind: str, transfer: VLLMWeightTransfer | None = None
+    kind: str | None, transfer: VLLMWeightTransfer | None = None
 ) -> VLLMWeightTransfer | None:
     """The transfer a `VLLMEngine(weight_transfer=kind, transfer=transfer)` runs: `transfer`
-    when given (its chunk size, its transport), else None for `folder` (weights reload from
-    disk) and vLLM's own `nccl` or `ipc` transfer otherwise."""
+    when given (its chunk size, its transport), else None for `folder` or None (weights reload
+    from disk, `--weight-transfer`'s default) and vLLM's own `nccl` or `ipc` transfer
+    otherwise."""
     if transfer is not None:
         return transfer
-    return None if kind == "folder" else VLLMWeightTransfer(kind)
+    return None if kind in (None, "folder") else VLLMWeightTransfer(kind)
 
 
 def rendezvous_address(url: str) -> str:
