@@ -1,5 +1,5 @@
 """One engine over several servers of the same kind: what `--url A,B,...` (or `--launch
---replicas N`) puts in the proxy.
+--launch-replicas N`) puts in the proxy.
 
 `create_engine` builds an `EngineRouter` when `--url` names several addresses: one engine of the
 named kind per address (one address keeps the plain engine). The router is an
