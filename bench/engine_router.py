@@ -26,104 +26,43 @@ import argparse
 import asyncio
 import contextlib
 import itertools
-import socket
 import statistics
-import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
+from proxy_overhead import (  # beside this script (its folder is sys.path[0])
+    FAKE_VLLM,
+    QUESTION,
+    SYSTEM,
+    Proxy,
+    background,
+    free_port,
+    proxy_session,
+    serve_command,
+    wait_ready,
+)
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
 from rltap.testing.models import cached_qwen_tokenizer_dir
 
-ADMIN_KEY = "bench-admin-key-0123456789abcdef"
-FAKE_VLLM = [sys.executable, "-m", "rltap.testing.fakes.vllm"]
-SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
-QUESTION = "What is the capital of France? Answer in one word."
 GOAL_SPEEDUP = 1.8
 GOAL_ADDED_MS = 0.1
 GOAL_SPREAD = 0.10
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@contextlib.contextmanager
-def background(command: list[str]) -> Iterator[subprocess.Popen[bytes]]:
-    """`command` running until the block ends."""
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        yield process
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-async def wait_ready(http: httpx.AsyncClient, url: str, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            err = process.stderr.read().decode() if process.stderr else ""
-            raise RuntimeError(f"{url}: the server exited: {err[-2000:]}")
-        with contextlib.suppress(httpx.HTTPError):
-            if (await http.get(url)).status_code == 200:
-                return
-        await asyncio.sleep(0.2)
-    raise RuntimeError(f"{url} did not come up")
-
-
-@dataclass
-class Proxy:
-    url: str
-    http: httpx.AsyncClient
-
-    async def session_key(self) -> str:
-        headers = {"authorization": f"Bearer {ADMIN_KEY}"}
-        response = await self.http.post(f"{self.url}/rl/start_session", json={}, headers=headers)
-        response.raise_for_status()
-        return str(response.json()["api_key"])
-
-    async def chat(self, key: str, messages: list[dict[str, Any]]) -> str:
-        response = await self.http.post(
-            f"{self.url}/v1/chat/completions",
-            json={"model": "bench", "messages": messages, "max_tokens": 8},
-            headers={"authorization": f"Bearer {key}"},
-        )
-        response.raise_for_status()
-        return str(response.json()["choices"][0]["message"]["content"])
-
-    async def sessions_per_engine(self) -> list[float]:
-        text = (await self.http.get(f"{self.url}/metrics")).text
-        return [
-            sample.value
-            for family in text_string_to_metric_families(text)
-            for sample in family.samples
-            if sample.name == "rltap_engine_sessions"
-        ]
-
-
-async def conversation(proxy: Proxy, turns: int) -> int:
-    """One session of `turns` growing turns; the calls it made."""
-    key = await proxy.session_key()
-    messages: list[dict[str, Any]] = [SYSTEM]
-    for turn in range(turns):
-        messages.append({"role": "user", "content": f"Turn {turn}. {QUESTION}"})
-        messages.append({"role": "assistant", "content": await proxy.chat(key, messages)})
-    return turns
+async def sessions_per_engine(proxy: Proxy) -> list[float]:
+    text = (await proxy.http.get(f"{proxy.url}/metrics")).text
+    return [
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "rltap_engine_sessions"
+    ]
 
 
 async def calls_per_second(proxy: Proxy, args: argparse.Namespace, progress: Progress) -> float:
@@ -133,7 +72,7 @@ async def calls_per_second(proxy: Proxy, args: argparse.Namespace, progress: Pro
 
     async def one() -> int:
         async with gate:
-            done = await conversation(proxy, args.turns)
+            done = await proxy_session(proxy, args.turns)
         progress.advance(task)
         return done
 
@@ -173,13 +112,9 @@ def spread(sessions: list[float]) -> float:
     return max(abs(count - even) for count in sessions) / even
 
 
-def serve_command(port: int, urls: list[str], tokenizer: str) -> list[str]:
-    return [
-        sys.executable, "-m", "rltap.cli", "serve", "--port", str(port),
-        "--admin-key", ADMIN_KEY, "--model-name", "bench", "--engine", "vllm",
-        "--url", ",".join(urls), "--tokenizer", tokenizer,
-        "--capacity", str(100_000),
-    ]  # fmt: skip
+def router_command(port: int, urls: list[str], tokenizer: str) -> list[str]:
+    engine = ("--engine", "vllm", "--url", ",".join(urls), "--tokenizer", tokenizer)
+    return serve_command(port, *engine, "--capacity", str(100_000))
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -202,18 +137,18 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         running: dict[str, Proxy] = {}
         async with httpx.AsyncClient(timeout=120, limits=limits) as http:
             for health, process in started.items():
-                await wait_ready(http, health, process)
+                await wait_ready(http, health, process, within=180)
             for name, urls in proxies.items():
                 port = free_port()
-                process = stack.enter_context(background(serve_command(port, urls, tokenizer)))
+                process = stack.enter_context(background(router_command(port, urls, tokenizer)))
                 running[name] = Proxy(url(port), http)
                 started[f"{url(port)}/health"] = process
             for health, process in started.items():
-                await wait_ready(http, health, process)
+                await wait_ready(http, health, process, within=180)
             for n in counts:
                 results[f"cps{n}"] = await calls_per_second(running[f"slow{n}"], args, progress)
                 if n > 1:
-                    results[f"sessions{n}"] = await running[f"slow{n}"].sessions_per_engine()
+                    results[f"sessions{n}"] = await sessions_per_engine(running[f"slow{n}"])
             pair = {name: running[name] for name in ("instant1", "instant2")}
             results |= await added_latency(pair, args.calls, progress)
     return results

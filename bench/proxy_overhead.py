@@ -75,14 +75,18 @@ def background(command: list[str], source: Path | None = None) -> Iterator[subpr
             process.wait(timeout=20)
         except subprocess.TimeoutExpired:
             process.kill()
+            process.wait()
 
 
-async def wait_ready(http: httpx.AsyncClient, url: str, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 120
+async def wait_ready(
+    http: httpx.AsyncClient, url: str, process: subprocess.Popen[bytes], within: float = 120.0
+) -> None:
+    """Until `url` answers 200; RuntimeError when `process` exits first or `within` s pass."""
+    deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         if process.poll() is not None:
             err = process.stderr.read().decode() if process.stderr else ""
-            raise RuntimeError(f"server exited: {err[-2000:]}")
+            raise RuntimeError(f"{url}: the server exited: {err[-2000:]}")
         with contextlib.suppress(httpx.HTTPError):
             if (await http.get(url)).status_code == 200:
                 return
@@ -156,6 +160,7 @@ async def throughput(worker: Callable[[int], Awaitable[int]], workers: int) -> f
 
 
 async def proxy_session(proxy: Proxy, turns: int) -> int:
+    """One session of `turns` growing turns; the calls it made."""
     key = await proxy.session_key()
     messages: list[dict[str, Any]] = [SYSTEM]
     for turn in range(turns):
