@@ -20,6 +20,7 @@ holds (`OUT/transferred.pt`) and the trained weights (`OUT/trained.pt`).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -113,27 +114,18 @@ async def _pushes(leader: RankLeader, model_dir: str, out: Path) -> dict[str, An
 
 
 def push_from_shards(model_dir: str, out: str) -> dict[str, Any] | None:
-    torch.set_num_threads(1)
-    with process_group() as ranks:
-        torch.manual_seed(0)
-        trainer = PolicyTrainer(_model(model_dir, 0, None), UPDATE)
-        trainer.step(fixed_packs(), version=0)
-        seen = None
-        if ranks.rank == 0:
-            leader = RankLeader(trainer, ranks)
-            try:
-                seen = asyncio.run(_pushes(leader, model_dir, Path(out)))
-            finally:
-                leader.stop()
-        else:
-            follow(trainer)
-        weights = full_state_dict(trainer.model)
-        if ranks.rank == 0:
-            torch.save(weights, Path(out) / "trained.pt")
-        return seen
+    return _after_one_step(model_dir, out, lambda leader: _pushes(leader, model_dir, Path(out)))
 
 
 def transfer_from_shards(model_dir: str, out: str) -> dict[str, Any] | None:
+    return _after_one_step(model_dir, out, lambda leader: _transfers(leader, Path(out)))
+
+
+def _after_one_step(
+    model_dir: str, out: str, lead: Callable[[RankLeader], Coroutine[Any, Any, dict[str, Any]]]
+) -> dict[str, Any] | None:
+    """One step at this world size; then rank 0 runs `lead` (what it returns comes back) while
+    the others follow; rank 0 writes the trained weights (`OUT/trained.pt`)."""
     torch.set_num_threads(1)
     with process_group() as ranks:
         torch.manual_seed(0)
@@ -143,7 +135,7 @@ def transfer_from_shards(model_dir: str, out: str) -> dict[str, Any] | None:
         if ranks.rank == 0:
             leader = RankLeader(trainer, ranks)
             try:
-                seen = asyncio.run(_transfers(leader, Path(out)))
+                seen = asyncio.run(lead(leader))
             finally:
                 leader.stop()
         else:
