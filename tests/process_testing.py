@@ -1,15 +1,49 @@
-"""What tests that start processes check afterwards: which are still there (Linux's /proc)."""
+"""Processes in tests: rltap's fake vLLM server as one of its own, and what tests that start
+processes check afterwards (which are still there, from Linux's /proc)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import socket
+import subprocess
+import sys
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+
+import httpx
 
 # Python's multiprocessing resource tracker, started with the first spawned rank, lives as long
 # as the test process: it is no process of the command under test.
 RESOURCE_TRACKER = "multiprocessing.resource_tracker"
+
+
+@contextlib.contextmanager
+def fake_vllm_process(*flags: str, python_flags: Sequence[str] = ()) -> Iterator[str]:
+    """`python -m rltap.testing.fakes.vllm` on a free port with `flags` (`python_flags` go to
+    Python itself); yields its URL once `/health` answers, and ends it after the block."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [sys.executable, *python_flags, "-m", "rltap.testing.fakes.vllm"]
+    process = subprocess.Popen([*command, "--port", str(port), *flags])
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"{url}/health").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert process.poll() is None, "the fake vLLM process exited"
+            assert time.monotonic() < deadline, "the fake vLLM process did not come up"
+            time.sleep(0.1)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
 
 
 def descendant_pids(pid: int) -> list[int]:

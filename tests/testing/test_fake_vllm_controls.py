@@ -6,15 +6,13 @@ completions."""
 from __future__ import annotations
 
 import asyncio
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+from process_testing import fake_vllm_process
 
 from rltap.testing.fakes import FakeVLLM
 
@@ -38,28 +36,9 @@ async def test_a_delay_serves_one_completion_at_a_time_and_health_follows_the_fl
 
 @pytest.fixture
 def slow_fake_process(tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
     flag = tmp_path / "unhealthy"
-    command = [sys.executable, "-m", "rltap.testing.fakes.vllm", "--port", str(port)]
-    process = subprocess.Popen([*command, "--delay", "0.1", "--health-file", str(flag)])
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{url}/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert process.poll() is None, "the fake vLLM process exited"
-            assert time.monotonic() < deadline, "the fake vLLM process did not come up"
-            time.sleep(0.1)
+    with fake_vllm_process("--delay", "0.1", "--health-file", str(flag)) as url:
         yield url, flag
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
 
 
 async def test_the_process_takes_a_delay_and_a_health_file(

@@ -4,14 +4,11 @@ benchmarks and the Ray tests start it."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
 
 import httpx
-import pytest
+from process_testing import fake_vllm_process
 
 import rltap.testing.fakes
 from rltap.engines.sglang import SGLangEngine
@@ -71,35 +68,11 @@ async def test_the_fake_sglang_answers_rltaps_sglang_engine_with_the_tokens_it_p
     assert response.output_tokens == expected_output(PROMPT, 4)[0]
 
 
-@pytest.fixture
-def fake_vllm_process() -> Iterator[str]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    # runpy warns when the package has loaded the module it is asked to run: an error here.
-    command = [sys.executable, "-W", "error::RuntimeWarning", "-m", "rltap.testing.fakes.vllm"]
-    process = subprocess.Popen([*command, "--port", str(port)])
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{url}/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert process.poll() is None, "the fake vLLM process exited"
-            assert time.monotonic() < deadline, "the fake vLLM process did not come up"
-            time.sleep(0.1)
-        yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-
-
-def test_the_fake_vllm_runs_as_a_process_of_its_own(fake_vllm_process: str) -> None:
+def test_the_fake_vllm_runs_as_a_process_of_its_own() -> None:
     body = {"model": "fake", "prompt": PROMPT, "max_tokens": 3}
-    reply = httpx.post(f"{fake_vllm_process}/v1/completions", json=body).json()
+    # runpy warns when the package has loaded the module it is asked to run: an error here.
+    with fake_vllm_process(python_flags=("-W", "error::RuntimeWarning")) as url:
+        reply = httpx.post(f"{url}/v1/completions", json=body).json()
     (choice,) = reply["choices"]
     assert choice["prompt_token_ids"] == PROMPT
     assert choice["token_ids"] == REPLY_IDS[:3]

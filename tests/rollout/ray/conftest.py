@@ -10,16 +10,12 @@ address.
 from __future__ import annotations
 
 import contextlib
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 import ray
+from process_testing import fake_vllm_process
 
 AGENTS_FILE = Path(__file__).parent / "agents" / "ray_agents.py"
 
@@ -43,29 +39,10 @@ def ray_agent() -> Callable[[str], str]:
     return spec
 
 
-@contextlib.contextmanager
-def _instant_vllm(record: Path | None) -> Iterator[str]:
+def _instant_vllm(record: Path | None) -> contextlib.AbstractContextManager[str]:
     """`rltap.testing.fakes.vllm` (instant replies) as a process of its own; with `record`, its
     development API too, logging those requests there. Yields its URL once it answers."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    command = [sys.executable, "-m", "rltap.testing.fakes.vllm", "--port", str(port)]
-    server = subprocess.Popen(command if record is None else [*command, "--record", str(record)])
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/health").status_code == 200:
-                    break
-            assert server.poll() is None, "the fake vLLM server exited"
-            assert time.monotonic() < deadline, "the fake vLLM server did not come up"
-            time.sleep(0.1)
-        yield url
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
+    return fake_vllm_process() if record is None else fake_vllm_process("--record", str(record))
 
 
 @pytest.fixture
