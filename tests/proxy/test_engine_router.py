@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi import FastAPI
 from prometheus_client.parser import text_string_to_metric_families
 
 from rltap.chat.renderer import ChatRenderer
@@ -165,29 +166,34 @@ def free_address() -> str:
         return f"http://127.0.0.1:{sock.getsockname()[1]}"
 
 
-async def test_a_proxy_over_a_dead_address_does_not_start_and_says_which(
+@contextlib.asynccontextmanager
+async def app_over_a_dead_address(
     renderer: ChatRenderer,
-) -> None:
+) -> AsyncIterator[tuple[FastAPI, str, str]]:
+    """The proxy's app over a live fake and a dead address, not started: (app, live, dead)."""
     dead = free_address()
     async with FakeVLLM() as live:
         router = EngineRouter([VLLMEngine(live.url), VLLMEngine(dead)])
-        app = create_app(router, renderer, admin_key=TEST_ADMIN_KEY)
+        yield create_app(router, renderer, admin_key=TEST_ADMIN_KEY), live.url, dead
+
+
+async def test_a_proxy_over_a_dead_address_does_not_start_and_says_which(
+    renderer: ChatRenderer,
+) -> None:
+    async with app_over_a_dead_address(renderer) as (app, live, dead):
         with pytest.raises(EngineUnavailable, match="not answering at start") as caught:
             async with app.router.lifespan_context(app):  # what uvicorn runs before serving
                 pass
     error = app.state.rltap.startup_error
     assert error is caught.value
     assert dead in error.message
-    assert live.url not in error.message
+    assert live not in error.message
 
 
 async def test_a_proxy_server_raises_why_its_engine_did_not_start(
     renderer: ChatRenderer,
 ) -> None:
-    dead = free_address()
-    async with FakeVLLM() as live:
-        router = EngineRouter([VLLMEngine(live.url), VLLMEngine(dead)])
-        app = create_app(router, renderer, admin_key=TEST_ADMIN_KEY)
+    async with app_over_a_dead_address(renderer) as (app, _, _):
         with pytest.raises(EngineUnavailable, match="not answering at start"):
             async with ProxyServer(app):  # what rltap rollout and train serve through
                 pass
