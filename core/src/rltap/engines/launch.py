@@ -34,6 +34,7 @@ LoRA adapter and moves weights by folder only: a launch asking for either is ref
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -151,32 +152,22 @@ def server_specs(config: ServeConfig, *, log_dir: Path, lora_rank: int = 0) -> l
     ports = _ports(launch.launch_host, launch.launch_port, launch.launch_replicas)
     extra = launch.server_args()
     if kind == "vllm":
-        binary = vllm_binary(launch.vllm_bin)
+        server_command = functools.partial(
+            vllm_command,
+            binary=vllm_binary(launch.vllm_bin),
+            lora_rank=lora_rank,
+            weight_transfer=engine.weight_transfer,
+        )
     else:
-        python = sglang_python(launch.sglang_python)
+        server_command = functools.partial(
+            sglang_command, python=sglang_python(launch.sglang_python)
+        )
         _refuse_for_sglang(lora_rank, engine.weight_transfer)
     specs = []
     for index, (port, gpus) in enumerate(zip(ports, shares, strict=True)):
-        if kind == "vllm":
-            command = vllm_command(
-                engine.model,
-                binary=binary,
-                host=launch.launch_host,
-                port=port,
-                lora_rank=lora_rank,
-                weight_transfer=engine.weight_transfer,
-                gpus=gpus,
-                extra_args=extra,
-            )
-        else:
-            command = sglang_command(
-                engine.model,
-                python=python,
-                host=launch.launch_host,
-                port=port,
-                gpus=gpus,
-                extra_args=extra,
-            )
+        command = server_command(
+            engine.model, host=launch.launch_host, port=port, gpus=gpus, extra_args=extra
+        )
         name = f"{kind}-{index}"
         specs.append(ServerSpec(name, command, launch.launch_host, port, log_dir / f"{name}.log"))
     return specs
