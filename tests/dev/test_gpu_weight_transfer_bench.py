@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -28,6 +30,7 @@ def test_the_script_without_a_gpu_exits_77_with_one_line() -> None:
     assert done.stdout == ""
 
 
+@pytest.mark.slow  # imports torch and transformers in a process of its own
 def test_the_python_bench_checks_the_gpu_itself_before_building_anything(tmp_path: Path) -> None:
     done = _run(sys.executable, "bench/gpu_weight_transfer.py", "--out", str(tmp_path / "out"))
     assert done.returncode == 77

@@ -318,6 +318,7 @@ def test_a_server_that_exits_at_start_is_quoted(
     assert left_behind(before, wait=5) == []
 
 
+@pytest.mark.slow  # processes that run for seconds: make test, not make check
 def test_a_server_never_healthy_times_out_with_its_log(
     tmp_path: Path, fake_vllm: Path, monkeypatch: pytest.MonkeyPatch, before: set[int]
 ) -> None:
@@ -337,6 +338,7 @@ def test_a_server_never_healthy_times_out_with_its_log(
     assert left_behind(before, wait=5) == []
 
 
+@pytest.mark.slow  # processes that run for seconds: make test, not make check
 async def test_a_server_dying_during_the_run_ends_it_with_its_log(
     tmp_path: Path, fake_vllm: Path, monkeypatch: pytest.MonkeyPatch, before: set[int]
 ) -> None:
@@ -365,6 +367,7 @@ async def test_a_server_dying_during_the_run_ends_it_with_its_log(
     assert left_behind(before, wait=5) == []
 
 
+@pytest.mark.slow  # processes that run for seconds: make test, not make check
 async def test_restart_engines_starts_a_dead_server_again_on_its_port(
     tmp_path: Path, fake_vllm: Path, monkeypatch: pytest.MonkeyPatch, before: set[int]
 ) -> None:
@@ -385,6 +388,7 @@ async def test_restart_engines_starts_a_dead_server_again_on_its_port(
     assert left_behind(before, wait=5) == []
 
 
+@pytest.mark.slow  # processes that run for seconds: make test, not make check
 def test_a_sigkilled_rltap_leaves_no_server(tmp_path: Path, fake_vllm: Path) -> None:
     script = (
         "import sys, time\n"
