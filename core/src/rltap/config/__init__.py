@@ -5,7 +5,8 @@ command line's flags and `--config` files are derived from them (`rltap.config.f
     launch    LaunchConfig: the engine servers rltap starts (--launch)
     rollout   RolloutConfig: AgentTask + EpisodeConfig + export + ServeConfig + RayConfig
     train     TrainConfig: AgentTask + LoopConfig + UpdateConfig + LoraConfig
-              + RanksConfig + PrecisionConfig + ServeConfig + RayConfig
+              + RanksConfig + PrecisionConfig + ServeConfig + RayConfig;
+              PolicyConfig: a LoRA adapter per group of agents (`[policies]`)
     eval      EvalConfig: RolloutConfig + ScoringConfig; TrainEvalConfig (train --eval-data)
     demo      DemoConfig
 
@@ -19,6 +20,7 @@ from rltap.config.demo import DemoConfig
 from rltap.config.evaluate import EvalConfig, PassConfig, ScoringConfig, TrainEvalConfig
 from rltap.config.flags import ConfigError, add_arguments, from_namespace, parse
 from rltap.config.launch import LaunchConfig
+from rltap.config.policies import PolicyConfig
 from rltap.config.rollout import AgentTask, EpisodeConfig, RayConfig, RolloutConfig
 from rltap.config.serve import (
     ChatConfig,
@@ -50,6 +52,7 @@ __all__ = [
     "LoopConfig",
     "LoraConfig",
     "PassConfig",
+    "PolicyConfig",
     "PrecisionConfig",
     "RanksConfig",
     "RayConfig",

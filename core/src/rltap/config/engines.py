@@ -25,6 +25,9 @@ class EngineEntry:
     # which needs torch (the rltap[embedded] extra).
     server: bool
     about: str
+    # Whether it serves several LoRA adapters over its model, each call choosing one by name:
+    # what `rltap train`'s policies need (`rltap.config.policies`).
+    adapters: bool = False
 
     @property
     def module(self) -> str:
@@ -37,16 +40,25 @@ class EngineEntry:
 
 ENGINES: dict[str, EngineEntry] = {
     "transformers": EngineEntry(
-        "rltap.engines.transformers:TransformersEngine", server=False, about="embedded (default)"
+        "rltap.engines.transformers:TransformersEngine",
+        server=False,
+        about="embedded (default)",
+        adapters=True,
     ),
-    "vllm": EngineEntry("rltap.engines.vllm:VLLMEngine", server=True, about="a server at --url"),
+    "vllm": EngineEntry(
+        "rltap.engines.vllm:VLLMEngine", server=True, about="a server at --url", adapters=True
+    ),
     "sglang": EngineEntry(
-        "rltap.engines.sglang:SGLangEngine", server=True, about="a server at --url"
+        "rltap.engines.sglang:SGLangEngine",
+        server=True,
+        about="a server at --url",
+        adapters=False,
     ),
     "scripted": EngineEntry(
         "rltap.engines.scripted:ScriptedEngine",
         server=False,
         about="replies from --script, logprobs from --model",
+        adapters=True,
     ),
 }
 

@@ -34,6 +34,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_
 from rltap.record.errors import RltapError
 
 __all__ = [
+    "AppendAction",
     "ConfigError",
     "Setting",
     "add_arguments",
@@ -68,12 +69,15 @@ def option(
     const: Any = MISSING,
     parse: Callable[[str], Any] | None = None,
     append: bool = False,
+    convert: Callable[[Any], Any] | None = None,
 ) -> Any:
     """A configuration field: its default (none: required) and its help, once.
 
     `flag` names the flag when it is not `--<field-name>`; `positional` makes it an argument
     without dashes; `nargs`/`const` are argparse's (`--ray [ADDRESS]`: nargs="?", const="");
-    `parse` turns one command-line word into a value; `append` collects a repeated flag."""
+    `parse` turns one command-line word into a value; `append` collects a repeated flag (the
+    command line's replace the file's); `convert` turns what was parsed (the flags' values,
+    or the file's value as it is, e.g. a table) into the field's value, raising `ConfigError`."""
     metadata = {
         "help": help,
         "flag": flag,
@@ -83,6 +87,7 @@ def option(
         "const": const,
         "parse": parse,
         "append": append,
+        "convert": convert,
     }
     return dataclasses.field(default=default, metadata=metadata)
 
@@ -167,15 +172,15 @@ def _argparse_kwargs(
             kwargs[key] = meta[key]
     if meta.get("const", MISSING) is not MISSING:
         kwargs["const"] = meta["const"]
-    convert: Callable[[Any], Any] = _same
+    convert: Callable[[Any], Any] = meta.get("convert") or _same
     if kind is bool:
         kwargs["action"] = "store_true" if not default else argparse.BooleanOptionalAction
         return kwargs, convert
+    if meta.get("append"):
+        kwargs["action"] = AppendAction
     if get_origin(kind) is list:
         (kind,) = get_args(kind)
-        if meta.get("append"):
-            kwargs["action"] = "append"
-        else:
+        if not meta.get("append"):
             kwargs.setdefault("nargs", "+")
     if get_origin(kind) is Literal:
         choices = get_args(kind)
@@ -190,6 +195,22 @@ def _argparse_kwargs(
     elif kind in (int, float, Path):
         kwargs["type"] = kind
     return kwargs, convert
+
+
+class AppendAction(argparse.Action):
+    """argparse's "append" whose first occurrence on the command line starts a new list: the
+    command line's values replace the default's (a `--config` file's), as for every flag."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        current = getattr(namespace, self.dest, None)
+        items = [] if current is None or current is self.default else list(current)
+        setattr(namespace, self.dest, [*items, values])
 
 
 def _same(value: Any) -> Any:
@@ -298,8 +319,25 @@ def config_values(config: Any) -> dict[str, Any]:
         value: Any = config
         for name in s.path:
             value = getattr(value, name)
-        values[s.flag.lstrip("-")] = value.value if isinstance(value, enum.Enum) else value
+        values[s.flag.lstrip("-")] = _file_value(value)
     return values
+
+
+def _file_value(value: Any) -> Any:
+    """A setting's value as a config file writes it: an enum by its value, a table of
+    configurations (`[policies]`) as tables of their fields that are set."""
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, dict):
+        return {key: _file_value(item) for key, item in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = ((f.name, getattr(value, f.name)) for f in dataclasses.fields(value))
+        return {
+            name: list(item) if isinstance(item, tuple) else _file_value(item)
+            for name, item in fields
+            if item is not None
+        }
+    return value
 
 
 def read_config_file(path: Path, every: Sequence[Setting]) -> dict[str, Any]:

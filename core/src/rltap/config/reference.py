@@ -23,7 +23,7 @@ from typing import Any, get_type_hints
 
 from rltap.config.demo import DemoConfig
 from rltap.config.evaluate import EvalConfig
-from rltap.config.flags import Setting, settings
+from rltap.config.flags import AppendAction, Setting, settings
 from rltap.config.rollout import RolloutConfig
 from rltap.config.serve import ServerConfig
 from rltap.config.train import TrainConfig
@@ -197,7 +197,7 @@ def _value(s: Setting) -> str:
     if action == "store_true" or action is argparse.BooleanOptionalAction:
         return "switch"
     word = kwargs.get("metavar") or _TYPE_WORDS.get(kwargs.get("type"), "text")
-    if action == "append":
+    if action is AppendAction:
         return f"{word}, repeatable"
     if kwargs.get("nargs") == "+":
         return f"{word} ..."

@@ -9,6 +9,8 @@ Every flag is also a key of a YAML or TOML `--config` file (`rltap.config.flags`
         --steps 20 --rows-per-step 2 --group-size 8 --lr 1e-3
     rltap train --config run.yaml --steps 40      # the file's settings, 40 steps
     rltap train ... --lora-rank 8                 # a LoRA adapter instead of every weight
+    rltap train ... --policy "tutor=Math Tutor:8" --policy "student=Student:8"
+                                                  # a LoRA adapter per agent (`[policies]`)
 """
 
 from __future__ import annotations
@@ -18,6 +20,13 @@ from typing import ClassVar, Literal, get_args
 
 from rltap.config.evaluate import TrainEvalConfig
 from rltap.config.flags import ConfigError, option, section
+from rltap.config.policies import (
+    POLICY_FLAG_HELP,
+    PolicyConfig,
+    check_policies,
+    policies_from,
+    policy_flag,
+)
 from rltap.config.rollout import (
     RAY_GROUP,
     AgentTask,
@@ -241,13 +250,29 @@ class PrecisionConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig(AgentTask):
-    """`rltap train`: AGENT's episodes on --data, --model trained on them, the run in --out."""
+    """`rltap train`: AGENT's episodes on --data, --model trained on them, the run in --out.
+
+    With policies (`--policy`, or in the `--config` file a `[policies.NAME]` table each: its
+    `agents`, `lora_rank`, optional `lr` and `kl_coef`) each named group of agents trains its
+    own LoRA adapter over --model, and the agents no policy names run on the frozen base model
+    (`rltap.config.policies`)."""
 
     # Needed besides the fields without a default; `rltap serve` takes no --model.
     REQUIRED_TOO: ClassVar[tuple[str, ...]] = ("model",)
 
     out: str = option(help="run folder (a second run on it resumes)")
     agents: list[str] | None = agents_option()  # e.g. one role of a multi-agent episode
+    # A LoRA adapter per named group of agents (`rltap.config.policies`); None: one policy
+    # (every weight, or one --lora-rank adapter) serves and trains every call.
+    policies: dict[str, PolicyConfig] | None = option(
+        None,
+        POLICY_FLAG_HELP,
+        flag="policy",
+        metavar="NAME=AGENT[,AGENT...]:RANK",
+        parse=policy_flag,
+        append=True,
+        convert=policies_from,
+    )
     loop: LoopConfig = section(LoopConfig, "loop")
     update: UpdateConfig = section(UpdateConfig, "update")
     lora: LoraConfig = section(LoraConfig, "LoRA (peft)")
@@ -261,6 +286,12 @@ class TrainConfig(AgentTask):
         if not self.serve.engine.model:
             raise ConfigError("missing --model")
         check_launch(self.serve, self.ray)
+        check_policies(
+            self.policies,
+            agents=self.agents,
+            lora_rank=self.lora.lora_rank,
+            engine=self.serve.engine.engine,
+        )
 
     @property
     def model(self) -> str:
