@@ -11,6 +11,7 @@ import asyncio
 import copy
 import functools
 import inspect
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -19,8 +20,14 @@ from typing import Any, TypeVar
 import torch
 
 from rltap._lazy import require_module
-from rltap.engines.base import AdapterWeights, NamedTensors, WeightFolder, WeightSource
-from rltap.engines.lora import LORA_EXTRA, LORA_TENSOR
+from rltap.engines.base import (
+    DEFAULT_POLICY,
+    AdapterWeights,
+    NamedTensors,
+    WeightFolder,
+    WeightSource,
+)
+from rltap.engines.lora import LORA_EXTRA, LORA_TENSOR, adapter_of_tensor
 from rltap.record.errors import EngineError, InvalidRequest
 
 __all__ = [
@@ -305,20 +312,41 @@ def load_weights(model: Any, state: Mapping[str, torch.Tensor], *, partial: bool
         raise EngineError(msg) from exc
 
 
-def adapter_names(model: Any) -> set[str]:
-    """The names of the adapter tensors injected into `model` (empty: none)."""
-    return {name for name in model.state_dict() if LORA_TENSOR in name}
+def adapter_names(model: Any, adapter: str | None = None) -> set[str]:
+    """The names of the adapter tensors injected into `model`, of adapter `adapter` only when
+    given (peft names it after the `lora_*` part: `...q_proj.lora_A.<adapter>.weight`);
+    empty: none."""
+    names = {name for name in model.state_dict() if LORA_TENSOR in name}
+    if adapter is None:
+        return names
+    return {name for name in names if adapter_of_tensor(name) == adapter}
 
 
 def load_adapter(model: Any, adapter: AdapterWeights) -> None:
-    """Copy `adapter` into `model` in place, injecting its layers first if `model` has none
-    (on the engine's worker thread). Every adapter tensor of the model must be given."""
-    own = adapter_names(model)
+    """Copy `adapter` into `model` in place, injecting its layers first (as peft adapter
+    `adapter.name`) if `model` has none of it (on the engine's worker thread). Every tensor
+    of that adapter in the model must be given, and only those."""
+    foreign = sorted(
+        name for name in adapter.tensors if adapter_of_tensor(name) not in (None, adapter.name)
+    )
+    if foreign:
+        msg = (
+            f"adapter {adapter.name!r} holds tensors of another adapter name "
+            f"(first: {foreign[:3]}): name its tensors after it, as peft does"
+        )
+        raise EngineError(msg)
+    if adapter.name != DEFAULT_POLICY and getattr(adapter.config, "use_dora", False):
+        msg = f"adapter {adapter.name!r} uses DoRA, which peft cannot mix with other adapters"
+        raise EngineError(msg)
+    own = adapter_names(model, adapter.name)
     if not own:
         peft = require_module("peft", LORA_EXTRA, "serving a LoRA adapter")
         # A copy: peft keeps the config object on the model and may amend it.
-        peft.inject_adapter_in_model(copy.deepcopy(adapter.config), model)
-        own = adapter_names(model)
+        config = copy.deepcopy(adapter.config)
+        with warnings.catch_warnings():  # a second adapter is what the engine wants
+            warnings.filterwarnings("ignore", "Already found a `peft_config`", UserWarning)
+            peft.inject_adapter_in_model(config, model, adapter_name=adapter.name)
+        own = adapter_names(model, adapter.name)
     missing = sorted(own - adapter.tensors.keys())
     if missing:
         msg = (

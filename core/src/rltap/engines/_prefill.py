@@ -8,16 +8,22 @@ padded [rows, width] input, which bounds the activations of one forward; a promp
 the padding and position ids count each row's own tokens from 0, so every row caches what it
 would cache alone, up to float summation order. A group of one row has no padding and passes
 no mask: exactly the alone prefill.
+
+With several LoRA adapters (`_adapters`), each prompt is prefilled with its request's adapter:
+requests share a row only when prompt and adapter are the same, and a group's forward hands
+each row its adapter (peft's mixed batch), so rows of different adapters prefill together.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from rltap.engines._adapters import AdapterRouter
 from rltap.engines._batcher import KVBatch
 from rltap.engines._slots import Slot
 
@@ -35,25 +41,37 @@ def check_sizes(**sizes: int) -> None:
 @dataclass(frozen=True, slots=True)
 class PrefillGroup:
     """One prefill forward: its distinct `prompts`, and for each request in it (`members`,
-    indices into what was planned) the row of `prompts` it takes (`source`)."""
+    indices into what was planned) the row of `prompts` it takes (`source`); `adapters`, when
+    planned with adapters, the adapter of each row of `prompts`."""
 
     prompts: list[tuple[int, ...]]
     members: list[int]
     source: list[int]
+    adapters: list[str] | None = None
 
 
 def plan_prefill(
-    prompts: Sequence[Sequence[int]], max_rows: int, max_tokens: int
+    prompts: Sequence[Sequence[int]],
+    max_rows: int,
+    max_tokens: int,
+    adapters: Sequence[str] | None = None,
 ) -> list[PrefillGroup]:
-    """The prefill forwards of requests admitted together, whose prompts are `prompts`.
+    """The prefill forwards of requests admitted together, whose prompts are `prompts` (and
+    whose adapters are `adapters`, when they may differ).
 
-    Requests with the same prompt share one row; empty prompts (nothing to cache) form a group
-    of their own, which needs no forward. With `max_rows == 1` every request is prefilled
-    alone, none shared: the reference the batched path is tested against.
+    Requests with the same prompt (and adapter) share one row; empty prompts (nothing to
+    cache) form a group of their own, which needs no forward. With `max_rows == 1` every
+    request is prefilled alone, none shared: the reference the batched path is tested against.
     """
-    # A row of the forward per distinct key: the prompt itself, or the request when alone.
-    keys: list[Any] = [tuple(p) for p in prompts] if max_rows > 1 else list(range(len(prompts)))
+    # A row of the forward per distinct key: the prompt (and adapter), or the request alone.
+    tags = [None] * len(prompts) if adapters is None else list(adapters)
+    keys: list[Any] = (
+        [(tag, tuple(p)) for tag, p in zip(tags, prompts, strict=True)]
+        if max_rows > 1
+        else list(range(len(prompts)))
+    )
     prompt_of = {key: tuple(p) for key, p in zip(keys, prompts, strict=True)}
+    adapter_of = dict(zip(keys, tags, strict=True))
     distinct = sorted(dict.fromkeys(keys), key=lambda key: len(prompt_of[key]))
     chunks: list[list[Any]] = []
     current: list[Any] = []
@@ -74,7 +92,8 @@ def plan_prefill(
         row = {key: n for n, key in enumerate(chunk)}
         members = [i for i, key in enumerate(keys) if key in row]
         source = [row[keys[i]] for i in members]
-        groups.append(PrefillGroup([prompt_of[key] for key in chunk], members, source))
+        rows = [adapter_of[key] for key in chunk] if adapters is not None else None
+        groups.append(PrefillGroup([prompt_of[key] for key in chunk], members, source, rows))
     return groups
 
 
@@ -114,15 +133,21 @@ def admit(
     cache_kwarg: str,
     rows: int,
     max_tokens: int,
+    router: AdapterRouter | None = None,
 ) -> None:
     """Prefill each slot's context but its last token (fed by the next decode step) and join
-    `batch`, one group of prompts (`plan_prefill`) per prefill forward."""
+    `batch`, one group of prompts (`plan_prefill`) per prefill forward, each row with its
+    request's adapter (`router`: None, the model's plain forward)."""
     from transformers import DynamicCache
 
     contexts = [slot.context_ids for slot in slots]
-    plan = plan_prefill([context[:-1] for context in contexts], rows, max_tokens)
+    adapters = None if router is None else router.rows_for([s.request.policy for s in slots])
+    plan = plan_prefill([context[:-1] for context in contexts], rows, max_tokens, adapters)
     for group in plan:
-        cache, mask = prefill(model, group.prompts, DynamicCache(config=model.config), cache_kwarg)
+        with contextlib.nullcontext() if router is None else router.route(group.adapters):
+            cache, mask = prefill(
+                model, group.prompts, DynamicCache(config=model.config), cache_kwarg
+            )
         batch.add(
             [slots[i] for i in group.members],
             cache,

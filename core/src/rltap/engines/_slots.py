@@ -7,12 +7,16 @@ import asyncio
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
+
+import torch
 
 from rltap.engines._grammar import RequestGrammar
 from rltap.engines._sampling import RowSampler, StopCriteria
+from rltap.record.errors import ContextLengthExceeded, EngineError, InvalidRequest
 from rltap.record.types import ModelRequest, StopReason, TokenChunk
 
-__all__ = ["Emission", "Mailbox", "Slot", "abort_chunk", "merge_chunks"]
+__all__ = ["Emission", "Mailbox", "Slot", "abort_chunk", "merge_chunks", "new_slot"]
 
 
 class Mailbox:
@@ -69,6 +73,38 @@ class Slot:
         return StopReason.STOP if grammar.error is not None else reason
 
 
+def new_slot(
+    request: ModelRequest,
+    *,
+    context_limit: int,
+    vocab_size: int,
+    eos_ids: Sequence[int],
+    tokenizer: Any,
+    device: torch.device,
+) -> Slot:
+    """The slot of `request`, which must fit the engine's context and vocabulary (and have a
+    tokenizer for its stop strings): the error a client sees otherwise."""
+    n = len(request.input_ids)
+    if n >= context_limit:
+        msg = f"prompt has {n} tokens; the context limit is {context_limit}"
+        raise ContextLengthExceeded(msg, param="messages")
+    if not all(isinstance(t, int) and 0 <= t < vocab_size for t in request.input_ids):
+        msg = f"input_ids must be integers in [0, {vocab_size})"
+        raise InvalidRequest(msg, param="input_ids")
+    if request.stop and tokenizer is None:
+        msg = "stop strings need a tokenizer; this engine was started without one"
+        raise EngineError(msg)
+    stops = StopCriteria(
+        prompt_len=n,
+        max_new_tokens=request.max_new_tokens,
+        context_limit=context_limit,
+        stop_token_ids=[*eos_ids, *request.stop_token_ids],
+        stop_strings=request.stop,
+        tokenizer=tokenizer,
+    )
+    return Slot(request=request, sampler=RowSampler.for_request(request, device), stops=stops)
+
+
 @dataclass(slots=True)
 class Emission:
     slot: Slot
@@ -76,6 +112,14 @@ class Emission:
     logprob: float
     version: int
     stop_reason: StopReason | None
+
+    def chunk(self) -> TokenChunk:
+        return TokenChunk(
+            token_ids=[self.token],
+            logprobs=[self.logprob],
+            versions=[self.version],
+            stop_reason=self.stop_reason,
+        )
 
 
 def merge_chunks(chunks: Sequence[TokenChunk]) -> TokenChunk:

@@ -13,6 +13,11 @@ into its model the first time and copies the tensors in place; a `WeightFolder` 
 `adapter=True` (peft's `save_pretrained` output) to a server engine, which loads it as a LoRA
 adapter (vLLM's `/v1/load_lora_adapter`).
 
+Several policies over one base model (a LoRA adapter per group of agents) each have a name: an
+`AdapterWeights` carries its policy's `name`, a `ModelRequest` the `policy` it generates with,
+and the engine keeps a version per policy (`policy_version`). The adapter named
+`DEFAULT_POLICY` is a single-policy run's adapter, whose version is `version`.
+
 An engine whose server receives weights over the wire from the trainer's memory (vLLM with
 `weight_transfer` nccl or ipc, `rltap.engines.vllm_transfer`) takes `NamedTensors`: the
 model's tensors one at a time, never whole in one place, and says so with a true
@@ -37,6 +42,7 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = [
+    "DEFAULT_POLICY",
     "AdapterWeights",
     "EngineBase",
     "InferenceEngine",
@@ -76,6 +82,10 @@ class WeightFolder:
         return path
 
 
+# The adapter (and policy) name of a single-policy run, peft's default adapter name.
+DEFAULT_POLICY = "default"
+
+
 @dataclass(frozen=True, slots=True)
 class AdapterWeights:
     """A LoRA adapter for an engine in this process: `config` is the trainer's peft
@@ -83,10 +93,15 @@ class AdapterWeights:
     the base model once peft injected the adapter (`model.layers.0.self_attn.q_proj.lora_A.
     default.weight`). The engine injects the same adapter into its model on the first update
     (`peft.inject_adapter_in_model`) and then copies `tensors` in place; its base weights stay.
+
+    `name` is the policy the adapter is (the requests whose `policy` names it generate with
+    it); its tensors carry it where peft names the adapter (`...q_proj.lora_A.tutor.weight`).
+    The default, `DEFAULT_POLICY`, is a single-policy run's adapter.
     """
 
     config: Any
     tensors: Mapping[str, torch.Tensor]
+    name: str = DEFAULT_POLICY
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,28 +194,48 @@ class InferenceEngine(Protocol):
 
 
 class EngineBase(ABC):
-    """What rltap's engines share: the policy-version counter stamped on the tokens they hand
+    """What rltap's engines share: the policy-version counters stamped on the tokens they hand
     out, and `generate` as `stream` collected (an engine with a cheaper one-shot call overrides
-    it). A subclass implements `stream`, `abort`, `start`, `close` and `update_weights`."""
+    it). A subclass implements `stream`, `abort`, `start`, `close` and `update_weights`.
+
+    `version` is the base model's (or a single-policy run's) version; each named policy has its
+    own (`policy_version`), the engine's starting version until an update moves it."""
 
     logprob_convention: LogprobConvention
     takes_state_dict: ClassVar[bool]
 
     def __init__(self, *, version: int = 0) -> None:
         self._version = version
+        self._start_version = version
+        self._policy_versions: dict[str, int] = {}
 
     @property
     def version(self) -> int:
         """The policy version stamped on tokens generated from now on."""
         return self._version
 
+    def policy_version(self, policy: str | None) -> int:
+        """The version stamped on the tokens of requests with `policy` (None or
+        `DEFAULT_POLICY`: `version`)."""
+        if policy is None or policy == DEFAULT_POLICY:
+            return self._version
+        return self._policy_versions.get(policy, self._start_version)
+
     def set_version(self, version: int) -> None:
         """Declare the policy version (weights changed by someone else than `update_weights`)."""
         self._version = version
 
-    def next_version(self, version: int | None) -> int:
-        """The version an update to `version` moves to (None: the current one plus one)."""
-        return self._version + 1 if version is None else version
+    def set_policy_version(self, policy: str | None, version: int) -> None:
+        """Declare the version of `policy` (None or `DEFAULT_POLICY`: `set_version`)."""
+        if policy is None or policy == DEFAULT_POLICY:
+            self.set_version(version)
+        else:
+            self._policy_versions[policy] = version
+
+    def next_version(self, version: int | None, *, policy: str | None = None) -> int:
+        """The version an update of `policy` to `version` moves to (None: its current one plus
+        one)."""
+        return self.policy_version(policy) + 1 if version is None else version
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
         """Run `request` to completion: `stream` collected into one response."""

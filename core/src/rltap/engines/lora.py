@@ -2,7 +2,8 @@
 model.
 
 The trainer's side: `adapter_of(model)` is a peft model's adapter as an `AdapterWeights` (its
-resolved `LoraConfig` and only its `lora_` tensors), None for any other model, and
+resolved `LoraConfig` and only its `lora_` tensors; `adapter_of(model, name)` the adapter
+`name` of a peft model holding several, one per policy), None for any other model, and
 `adapter_folder(model, folder, version)` the `WeightFolder` a server engine loads it from
 (`folder/adapter-v<version>/`, peft's `save_pretrained`: a folder per version, as a server may
 read an adapter again while its requests run; the ones older than `ADAPTER_FOLDERS_KEPT`
@@ -16,7 +17,10 @@ the same adapter layers (the base weights stay where they are; the model's class
 are unchanged, so the decode loop and its KV cache work as before), then the adapter's tensors
 are copied in place, every one of the engine's adapter tensors being required. The names are
 those of the base model with the adapter injected
-(`model.layers.0.self_attn.q_proj.lora_A.default.weight`) on both sides.
+(`model.layers.0.self_attn.q_proj.lora_A.default.weight`) on both sides. An adapter named
+after a policy (`AdapterWeights.name`) is injected under that name beside the others, its
+tensors named with it (`...lora_A.tutor.weight`); the engine routes each request to its
+policy's adapter (`rltap.engines._adapters`).
 
 This module imports neither torch nor peft: `adapter_of` recognises a peft model without
 importing peft (a process that never imported peft holds none); peft is imported where an
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import re
 import shutil
 import sys
@@ -41,6 +46,7 @@ __all__ = [
     "LORA_TENSOR",
     "adapter_folder",
     "adapter_of",
+    "adapter_of_tensor",
     "is_peft_model",
 ]
 
@@ -59,18 +65,30 @@ def is_peft_model(model: Any) -> bool:
     return peft is not None and isinstance(model, peft.PeftModel)
 
 
-def adapter_of(model: Any) -> AdapterWeights | None:
-    """A peft model's active adapter as an engine in this process takes it (tensors detached,
-    on the model's device), or None when `model` is not a peft model."""
+def adapter_of_tensor(name: str) -> str | None:
+    """The adapter a LoRA tensor belongs to (peft names it after the `lora_*` part:
+    `...q_proj.lora_A.<adapter>.weight`), None for a tensor of no adapter."""
+    parts = name.split(".")
+    for part, following in itertools.pairwise(parts):
+        if part.startswith("lora_"):
+            return following
+    return None
+
+
+def adapter_of(model: Any, name: str | None = None) -> AdapterWeights | None:
+    """A peft model's adapter `name` (default: its active adapter) as an engine in this process
+    takes it (that adapter's tensors, detached, on the model's device), or None when `model` is
+    not a peft model."""
     if not is_peft_model(model):
         return None
-    config = model.peft_config[model.active_adapter]
+    adapter = model.active_adapter if name is None else name
+    config = model.peft_config[adapter]
     tensors = {
-        name: tensor.detach()
-        for name, tensor in model.get_base_model().state_dict().items()
-        if LORA_TENSOR in name
+        key: tensor.detach()
+        for key, tensor in model.get_base_model().state_dict().items()
+        if LORA_TENSOR in key and adapter_of_tensor(key) == adapter
     }
-    return AdapterWeights(config=config, tensors=tensors)
+    return AdapterWeights(config=config, tensors=tensors, name=adapter)
 
 
 def adapter_folder(model: Any, folder: Path, version: int) -> WeightFolder:

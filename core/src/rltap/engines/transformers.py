@@ -18,12 +18,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from typing import Any
 
 import torch
 
 from rltap.config.serve import MAX_PREFILL_TOKENS
+from rltap.engines._adapters import AdapterRouter
 from rltap.engines._batcher import KVBatch, check_cache_layout
 from rltap.engines._grammar import GrammarTokenizer
 from rltap.engines._hf import (
@@ -36,17 +37,10 @@ from rltap.engines._hf import (
     weight_loader,
 )
 from rltap.engines._prefill import admit, check_sizes
-from rltap.engines._sampling import MaskWorker, RowSampler, StopCriteria, sample_rows
-from rltap.engines._slots import Emission, Slot, abort_chunk, merge_chunks
-from rltap.engines.base import EngineBase, WeightSource
-from rltap.record.errors import (
-    Conflict,
-    ContextLengthExceeded,
-    EngineError,
-    EngineUnavailable,
-    InvalidRequest,
-    RltapError,
-)
+from rltap.engines._sampling import MaskWorker, sample_rows
+from rltap.engines._slots import Emission, Slot, abort_chunk, merge_chunks, new_slot
+from rltap.engines.base import AdapterWeights, EngineBase, WeightSource
+from rltap.record.errors import Conflict, EngineError, EngineUnavailable, RltapError
 from rltap.record.types import LogprobConvention, ModelRequest, TokenChunk
 
 __all__ = ["TransformersEngine"]
@@ -129,6 +123,7 @@ class TransformersEngine(EngineBase):
         self._vocab_size = 0
         self._grammars = GrammarTokenizer(None, 0)
         self._masks = MaskWorker()
+        self._router = AdapterRouter()
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -237,26 +232,14 @@ class TransformersEngine(EngineBase):
         if request.request_id in self._slots:
             msg = f"request {request.request_id} is already in flight"
             raise Conflict(msg)
-        n = len(request.input_ids)
-        if n >= self._context_limit:
-            msg = f"prompt has {n} tokens; the context limit is {self._context_limit}"
-            raise ContextLengthExceeded(msg, param="messages")
-        if not all(isinstance(t, int) and 0 <= t < self._vocab_size for t in request.input_ids):
-            msg = f"input_ids must be integers in [0, {self._vocab_size})"
-            raise InvalidRequest(msg, param="input_ids")
-        if request.stop and self._host.tokenizer is None:
-            msg = "stop strings need a tokenizer; this engine was started without one"
-            raise EngineError(msg)
-        stops = StopCriteria(
-            prompt_len=n,
-            max_new_tokens=request.max_new_tokens,
+        return new_slot(
+            request,
             context_limit=self._context_limit,
-            stop_token_ids=[*self._eos_ids, *request.stop_token_ids],
-            stop_strings=request.stop,
+            vocab_size=self._vocab_size,
+            eos_ids=self._eos_ids,
             tokenizer=self._host.tokenizer,
+            device=self._host.device,
         )
-        sampler = RowSampler.for_request(request, self._host.device)
-        return Slot(request=request, sampler=sampler, stops=stops)
 
     async def abort(self, request_id: str) -> None:
         """Stop a request in flight: its stream ends with `StopReason.ABORT`."""
@@ -297,6 +280,9 @@ class TransformersEngine(EngineBase):
         object store), a `WeightFolder` of safetensors shards, or a LoRA adapter
         (`AdapterWeights`: injected into the model on the first update, then only its tensors
         are copied; see `rltap.engines.lora`). Every weight must be in it unless `partial`.
+        An adapter named after a policy moves that policy's version only, and the requests
+        whose `policy` names it generate with it (one forward mixes every policy's rows and
+        the base model's: `rltap.engines._adapters`).
         Requests in flight keep going: tokens after the update carry the
         new version, and with `recompute_cache` their KV cache is rebuilt with the new weights
         (prompt and output so far are prefilled again), so one reply may hold tokens of two
@@ -306,14 +292,26 @@ class TransformersEngine(EngineBase):
         assert self._step_lock is not None
         # Before the lock: reading shards holds up no step.
         load = await weight_loader(source, partial=partial)
+        policy = source.name if isinstance(source, AdapterWeights) else None
         async with self._step_lock:
-            await self._host.run(load, self._host.model)
-            self._version = self.next_version(version)
+            await self._host.run(self._load, load, policy)
+            new_version = self.next_version(version, policy=policy)
+            self.set_policy_version(policy, new_version)
             if recompute_cache:
-                rows = [slot for slot in self._batch.rows if not slot.finished]
-                self._batch.reset()
-                self._pending.extendleft(reversed(rows))
-        return self._version
+                self._recompute(policy)
+        return new_version
+
+    def _load(self, load: Callable[[Any], None], adapter: str | None) -> None:
+        load(self._host.model)
+        if adapter is not None:
+            self._router.add(self._host.model, adapter)
+
+    def _recompute(self, policy: str | None) -> None:
+        """Prefill again the rows generating with what the update of `policy` changed."""
+        rows = [s for s in self._batch.rows if not s.finished]
+        rows = [s for s in rows if self._router.changes(policy, s.request.policy)]
+        self._batch.keep(lambda slot: not slot.finished and slot not in rows)
+        self._pending.extendleft(reversed(rows))
 
     @contextlib.asynccontextmanager
     async def paused(self) -> AsyncIterator[None]:
@@ -359,14 +357,7 @@ class TransformersEngine(EngineBase):
             if e.slot.error is not None:
                 self._finish(e.slot, e.slot.error)
                 continue
-            e.slot.mailbox.put(
-                TokenChunk(
-                    token_ids=[e.token],
-                    logprobs=[e.logprob],
-                    versions=[e.version],
-                    stop_reason=e.stop_reason,
-                )
-            )
+            e.slot.mailbox.put(e.chunk())
             if e.stop_reason is not None:
                 e.slot.closed = True
 
@@ -379,21 +370,22 @@ class TransformersEngine(EngineBase):
         if not batch.rows:
             return []
         masking = self._masks.submit([s.grammar for s in batch.rows], self._vocab_size)
-        out = self._host.model(**batch.step_inputs(self._cache_kwarg))
+        with self._router.route(self._router.rows_for([s.request.policy for s in batch.rows])):
+            out = self._host.model(**batch.step_inputs(self._cache_kwarg))
         masks = masking.result() if masking is not None else None
         samplers = [s.sampler for s in batch.rows]
         tokens, logprobs = sample_rows(out.logits[:, -1, :], samplers, masks)
         batch.advance(tokens)
-        version = self._version
         emissions = []
         for slot, token, logprob in zip(batch.rows, tokens, logprobs, strict=True):
             reason = slot.record(token)
             if reason is not None:
                 slot.finished = True
+            version = self.policy_version(slot.request.policy)
             emissions.append(Emission(slot, token, logprob, version, reason))
         batch.keep(lambda slot: not slot.finished)
         return emissions
 
     def _admit(self, slots: Sequence[Slot]) -> None:
         admit(self._batch, self._host.model, slots, self._cache_kwarg, self._prefill_rows,
-              self._max_prefill_tokens)  # fmt: skip
+              self._max_prefill_tokens, self._router)  # fmt: skip

@@ -124,6 +124,10 @@ class ModelRequest:
     # The session (episode) the call belongs to: an engine router keeps a session's calls on
     # one server, where its prefix is cached. None: a call of no session.
     session_id: str | None = None
+    # The policy (a LoRA adapter over the base model, by name) that generates the reply and
+    # whose version its tokens carry. None: a single-policy run's policy, or the base model in
+    # a run of several policies (an agent no policy serves).
+    policy: str | None = None
 
     def __post_init__(self) -> None:
         if not self.input_ids:

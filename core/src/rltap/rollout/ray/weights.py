@@ -63,7 +63,7 @@ class RayWeightSync:
                 source = require_ray().put(state)  # each actor gets the state dict Ray resolves
             else:
                 tensors = {name: value.cpu() for name, value in adapter.tensors.items()}
-                source = require_ray().put(AdapterWeights(adapter.config, tensors))
+                source = require_ray().put(AdapterWeights(adapter.config, tensors, adapter.name))
         elif adapter is None:
             await save_weights(model, self.folder)
             source = WeightFolder(self.folder)  # saved already: the actors' servers load it
@@ -83,6 +83,6 @@ class RayWeightSync:
         if self.embedded:
             adapter = model.adapter()
             tensors = {name: value.cpu() for name, value in adapter.tensors.items()}
-            return require_ray().put(AdapterWeights(adapter.config, tensors))
+            return require_ray().put(AdapterWeights(adapter.config, tensors, adapter.name))
         path = await adapter_folder(model, self.folder, version).written()
         return WeightFolder(path, adapter=True)
