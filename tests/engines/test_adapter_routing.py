@@ -15,6 +15,7 @@ import torch
 
 from rltap.engines._prefill import plan_prefill
 from rltap.engines.base import DEFAULT_POLICY, AdapterWeights
+from rltap.engines.lora import adapter_of
 from rltap.engines.transformers import TransformersEngine
 from rltap.record.errors import EngineError
 from rltap.record.types import ModelRequest, ModelResponse
@@ -230,3 +231,33 @@ async def test_an_adapter_misnamed_or_unmixable_is_refused(
         await engine.update_weights(AdapterWeights(dora, tutor.tensors, name="tutor"))
     assert engine.policy_version("student") == 0
     assert engine.policy_version("tutor") == 0
+
+
+async def test_the_adapters_of_one_peft_model_serve_as_peft_mixes_them(
+    make_engine: Callable[..., Any], tiny_model: Any
+) -> None:
+    # A trainer holding every policy's adapter in one peft model sends each by name.
+    config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=TARGETS)
+    trainer = peft.get_peft_model(copy.deepcopy(tiny_model), config, adapter_name="tutor")
+    trainer.add_adapter("student", copy.deepcopy(config))
+    generator = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for name, parameter in trainer.named_parameters():
+            if ".lora_" in name:
+                parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.05)
+    trainer.eval()
+    engine = await make_engine()
+    for name in ("tutor", "student"):
+        adapter = adapter_of(trainer, name)
+        assert adapter is not None
+        assert adapter.name == name
+        assert {key.split(".lora_")[1].split(".")[1] for key in adapter.tensors} == {name}
+        await engine.update_weights(adapter)
+    replies = await asyncio.gather(*map(engine.generate, requests(["tutor", "student", None])))
+    for reply, policy in zip(replies[::3], ["tutor", "student", "__base__"], strict=True):
+        ids = torch.tensor([reply.input_tokens + reply.output_tokens])
+        with torch.no_grad():
+            logits = trainer(input_ids=ids, adapter_names=[policy]).logits[0]
+        fresh = torch.log_softmax(logits[len(reply.input_tokens) - 1 : -1], dim=-1)
+        fresh = fresh.gather(1, torch.tensor(reply.output_tokens)[:, None]).squeeze(1)
+        assert (fresh - torch.tensor(reply.output_logprobs)).abs().max() <= 1e-5, policy
