@@ -243,7 +243,7 @@ def test_the_policy_of_an_agent_and_the_run_s_first_lines() -> None:
     assert policy_of(POLICIES, "Student/summary") == "student"
     assert policy_of(POLICIES, "Student/other") is None  # the frozen base model
     assert policy_of(POLICIES, None) is None
-    assert policy_lines(POLICIES, UpdateConfig(lr=1e-5)) == [
+    assert policy_lines(POLICIES, lr=1e-5, kl_coef=UpdateConfig().kl_coef) == [
         "2 policies, a LoRA adapter each over --model:",
         "  tutor: agents 'Math Tutor' (LoRA rank 8, lr 1e-05, kl_coef 0)",
         "  student: agents 'Student', 'Student/summary' (LoRA rank 4, lr 2e-05, kl_coef 0.01)",

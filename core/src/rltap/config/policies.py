@@ -33,13 +33,16 @@ import math
 import re
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rltap.config.engines import ENGINES
 from rltap.config.flags import ConfigError
 
 if TYPE_CHECKING:
-    from rltap.config.train import LoraConfig, UpdateConfig
+    from _typeshed import DataclassInstance
+
+# `rltap.config.train`'s UpdateConfig or LoraConfig (named by type only: train imports this).
+_Run = TypeVar("_Run", bound="DataclassInstance")
 
 __all__ = [
     "POLICY_FLAG_HELP",
@@ -131,13 +134,13 @@ class PolicyConfig:
                 raise ConfigError(msg)
             object.__setattr__(self, key, float(value))
 
-    def update(self, run: UpdateConfig) -> UpdateConfig:
+    def update(self, run: _Run) -> _Run:
         """The run's update settings with this policy's `lr` and `kl_coef` where it has them:
         what its trainer takes (`PolicyTrainer(model, policy.update(config.update), ...)`)."""
         own = {key: getattr(self, key) for key in ("lr", "kl_coef")}
         return replace(run, **{key: value for key, value in own.items() if value is not None})
 
-    def lora(self, run: LoraConfig) -> LoraConfig:
+    def lora(self, run: _Run) -> _Run:
         """The run's LoRA settings (`--lora-alpha`, `--lora-target-modules`) at this policy's
         rank: what `rltap.train.lora.lora_model` takes for its adapter (alpha: twice this
         rank unless --lora-alpha)."""
@@ -300,17 +303,18 @@ def policy_of(policies: Policies | None, agent: str | None) -> str | None:
     return None
 
 
-def policy_lines(policies: Policies, run: UpdateConfig) -> list[str]:
+def policy_lines(policies: Policies, *, lr: float, kl_coef: float) -> list[str]:
     """The run's first lines: which policy serves which agents (with its rank, learning rate
-    and KL coefficient, the run's where it has none of its own), and that the agents no
-    policy names run on the frozen base model."""
+    and KL coefficient, the run's `lr` and `kl_coef` where it has none of its own), and that
+    the agents no policy names run on the frozen base model."""
     count = len(policies)
     lines = [f"{count} {'policy' if count == 1 else 'policies'}, a LoRA adapter each over --model:"]
     for name, policy in policies.items():
-        update = policy.update(run)
+        own_lr = lr if policy.lr is None else policy.lr
+        own_kl = kl_coef if policy.kl_coef is None else policy.kl_coef
         lines.append(
             f"  {name}: agents {_listed(policy.agents)} (LoRA rank {policy.lora_rank}, "
-            f"lr {update.lr:g}, kl_coef {update.kl_coef:g})"
+            f"lr {own_lr:g}, kl_coef {own_kl:g})"
         )
     lines.append("agents no policy names run on the frozen base model: their calls are not trained")
     return lines
