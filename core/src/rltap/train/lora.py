@@ -25,7 +25,15 @@ from rltap._lazy import require_module
 from rltap.config.train import LoraConfig
 from rltap.engines.lora import LORA_EXTRA
 
-__all__ = ["ADAPTER_CONFIG", "LoraMismatch", "is_adapter_folder", "lora_model", "trainable"]
+__all__ = [
+    "ADAPTER_CONFIG",
+    "LoraMismatch",
+    "adapter_config",
+    "is_adapter_folder",
+    "lora_model",
+    "resolved_base",
+    "trainable",
+]
 
 # peft's file in an adapter folder (next to adapter_model.safetensors).
 ADAPTER_CONFIG = "adapter_config.json"
@@ -56,7 +64,17 @@ def lora_model(
             )
             raise LoraMismatch(msg)
         return wrapped
-    config = peft.LoraConfig(
+    wrapped = peft.get_peft_model(model, adapter_config(settings))
+    # get_peft_model records the name the model was loaded by, maybe a relative path.
+    wrapped.peft_config[wrapped.active_adapter].base_model_name_or_path = resolved_base(base)
+    return wrapped
+
+
+def adapter_config(settings: LoraConfig) -> Any:
+    """peft's `LoraConfig` of a new adapter after `settings` (rank, alpha, target modules; no
+    dropout, bias or extra trained module)."""
+    peft = require_module("peft", LORA_EXTRA, "rltap train --lora-rank")
+    return peft.LoraConfig(
         r=settings.lora_rank,
         lora_alpha=settings.alpha,
         target_modules=settings.targets,
@@ -64,12 +82,12 @@ def lora_model(
         bias="none",
         task_type="CAUSAL_LM",
     )
-    wrapped = peft.get_peft_model(model, config)
-    # get_peft_model records the name the model was loaded by, maybe a relative path.
+
+
+def resolved_base(base: str) -> str:
+    """The base model's name as an adapter records it: a folder's absolute path."""
     folder = Path(base)
-    resolved = str(folder.resolve()) if folder.exists() else base
-    wrapped.peft_config[wrapped.active_adapter].base_model_name_or_path = resolved
-    return wrapped
+    return str(folder.resolve()) if folder.exists() else base
 
 
 def trainable(model: Any) -> list[Any]:

@@ -102,6 +102,8 @@ class PolicyTrainer:
     model and steps on the same packs; with more than one, the model is sharded (FSDP2).
     `precision` is `rltap train`'s --dtype, --gradient-checkpointing and --cpu-offload (the
     module docstring says how each applies); the model is loaded in fp32 either way.
+    `parameters` are the ones AdamW and the gradient clipping take (default: every parameter
+    that requires gradients; one policy's adapter of several, `rltap.train.policies`).
 
     `model` stays the Hugging Face (or peft) model, its parameters sharded in place at world
     size > 1 (`rltap.train.gather` gathers them); `scorer` is the module every forward of the
@@ -122,6 +124,7 @@ class PolicyTrainer:
         attention: Attention = "sdpa",
         ranks: Ranks | None = None,
         precision: PrecisionConfig | None = None,
+        parameters: Sequence[Any] | None = None,
     ) -> None:
         self.update = update = update or UpdateConfig()
         self.max_staleness = (loop or LoopConfig()).max_staleness
@@ -150,7 +153,7 @@ class PolicyTrainer:
         # FSDP2 casts the parameters of a sharded model; a single process autocasts instead
         self.autocast = bf16 and not self.ranks.sharded
         self.attention: Attention = attention
-        self.parameters = trainable(model)
+        self.parameters = trainable(model) if parameters is None else list(parameters)
         self.optimizer = torch.optim.AdamW(
             self.parameters, lr=update.lr, weight_decay=update.weight_decay
         )
