@@ -78,12 +78,20 @@ def model_of(tiny_model_dir: Path, policies: Any = POLICIES, checkpoint: Path | 
     return policy_model(base, policies, settings, base=str(tiny_model_dir), checkpoint=checkpoint)
 
 
-def stepped(model: Any, student_seed: int | None = None, steps: int = 1) -> PolicyTrainers:
+def stepped(
+    model: Any, student_seed: int | None = None, steps: int = 1, *, ones: bool = False
+) -> PolicyTrainers:
+    """`steps` steps of the policies on two episodes; `ones`: each policy's tokens given as an
+    int32 mask of ones (as `TreePack.policy_mask` gives it), not booleans."""
     trainers = PolicyTrainers(model, POLICIES, UpdateConfig(lr=1e-2))
     for _ in range(steps):
         packs, owners = zip(*(episode(s, student_seed) for s in (0, 1)), strict=True)
         merged = {key: value for owner in owners for key, value in owner.items()}
-        trainers.step(list(packs), by_interaction(merged))
+        tokens_of = by_interaction(merged)
+        if ones:
+            trainers.step(list(packs), lambda p, n, t=tokens_of: t(p, n).astype(np.int32))
+        else:
+            trainers.step(list(packs), tokens_of)
     return trainers
 
 
@@ -132,7 +140,7 @@ def test_each_policy_trains_its_own_adapter_on_its_own_tokens(tiny_model_dir: Pa
 def test_a_policy_learns_nothing_from_another_policys_tokens(tiny_model_dir: Path) -> None:
     one, other = model_of(tiny_model_dir), model_of(tiny_model_dir)
     stepped(one, student_seed=7)
-    stepped(other, student_seed=8)  # only the student's behaviour logprobs differ
+    stepped(other, student_seed=8, ones=True)  # only the student's behaviour logprobs differ
     tutor_one, tutor_other = adapter(one, "tutor"), adapter(other, "tutor")
     assert all(torch.equal(tutor_one[k], tutor_other[k]) for k in tutor_one)
     student_one, student_other = adapter(one, "student"), adapter(other, "student")
@@ -278,3 +286,5 @@ def test_a_checkpoint_restores_every_adapter_and_optimizer(
     other_rank = {**POLICIES, "tutor": PolicyConfig(agents=("Math Tutor",), lora_rank=8)}
     with pytest.raises(PolicyMismatch, match="'tutor' as a rank-4 adapter; the run gives it"):
         check_policies_checkpoint(checkpoint, other_rank)
+    with pytest.raises(ValueError, match="rank-4 adapter; policy 'tutor' has lora_rank 8"):
+        model_of(tiny_model_dir, other_rank, checkpoint=checkpoint.path)

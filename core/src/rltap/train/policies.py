@@ -41,7 +41,7 @@ from rltap.engines.lora import LORA_EXTRA, adapter_of_tensor
 from rltap.record.pack import TreePack
 from rltap.train.distributed import Ranks
 from rltap.train.forward import Attention
-from rltap.train.lora import adapter_config, resolved_base
+from rltap.train.lora import LoraMismatch, adapter_config, resolved_base
 from rltap.train.trainer import PolicyTrainer
 
 __all__ = [
@@ -68,7 +68,7 @@ def policy_model(
     """`model` (the base model, loaded) as a peft model with a trainable adapter per policy,
     named after it: new ones after `settings` at each policy's rank, or `checkpoint`'s
     (`RUN/step-N/`, whose `<policy>/` folders `rltap.train.policy_store.load_policies`
-    checks first)."""
+    checks first; a rank other than the policy's is a `LoraMismatch` here too)."""
     peft = require_module("peft", LORA_EXTRA, "rltap train with [policies]")
     names = list(policies)
     if not names:
@@ -80,6 +80,15 @@ def policy_model(
         )
         for name in names[1:]:
             wrapped.load_adapter(str(folder / name), adapter_name=name, is_trainable=True)
+        for name, policy in policies.items():
+            rank = wrapped.peft_config[name].r
+            if rank != policy.lora_rank:
+                msg = (
+                    f"{folder / name} holds a rank-{rank} adapter; policy {name!r} has "
+                    f"lora_rank {policy.lora_rank}: resume with the same rank"
+                )
+                raise LoraMismatch(msg)
+        wrapped.set_adapter(names[0])
         return wrapped
     first, *others = names
     config = adapter_config(policies[first].lora(settings))

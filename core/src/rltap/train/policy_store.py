@@ -39,7 +39,7 @@ from rltap.engines.base import WeightFolder, WeightSource
 from rltap.engines.lora import ADAPTER_FOLDERS_KEPT, adapter_of
 from rltap.train.gather import load_optimizer_state, save_optimizer_state
 from rltap.train.lora import LoraMismatch
-from rltap.train.policies import PolicyTrainers
+from rltap.train.policies import PolicyTrainers, active_adapter
 from rltap.train.run_dir import OPTIMIZER, Checkpoint, RunDir
 
 if TYPE_CHECKING:
@@ -155,7 +155,9 @@ def save_policies(
     def save_optimizers(folder: Path) -> None:
         # `folder` is step-N/optimizer/: each policy's goes into its own adapter folder.
         for name, trainer in trainers.trainers.items():
-            if trainer.optimizer.state:  # a policy that never stepped has none: no folder
+            if not trainer.optimizer.state:  # a policy that never stepped has none: no folder
+                continue
+            with active_adapter(model, name):  # DCP names the parameters that require grad
                 save_optimizer_state(model, trainer.optimizer, folder.parent / name / OPTIMIZER)
 
     full = {**state, POLICIES_STATE: policies}
@@ -193,5 +195,7 @@ def load_optimizers(trainers: PolicyTrainers, checkpoint: Checkpoint) -> None:
     """Load each policy's AdamW state from `checkpoint` (`step-N/<policy>/optimizer/`)."""
     for name, trainer in trainers.trainers.items():
         folder = checkpoint.path / name / OPTIMIZER
-        if folder.is_dir():  # absent: the policy had not stepped, its AdamW holds no state yet
+        if not folder.is_dir():  # the policy had not stepped: its AdamW holds no state yet
+            continue
+        with active_adapter(trainers.model, name):
             load_optimizer_state(trainers.model, trainer.optimizer, folder)
