@@ -23,8 +23,9 @@ from rltap.config import (
     parse,
 )
 from rltap.config.engines import ENGINES
-from rltap.config.flags import config_values
+from rltap.config.flags import config_values, read_config_file, settings
 from rltap.config.policies import policy_lines, policy_of, unseen_agents_warning
+from rltap.config.serve import ServerConfig
 
 REQUIRED = ["agent.py:Agent", "--data", "rows.jsonl", "--model", "m", "--out", "run"]
 TABLE = """\
@@ -261,3 +262,17 @@ def test_the_warning_about_an_agent_no_call_carried_lists_the_ids_seen() -> None
     )
     assert unseen_agents_warning(POLICIES, ["Math Tutor", "Student", "Student/summary"]) is None
     assert (unseen_agents_warning(POLICIES, []) or "").endswith("agent-<12 hex digits>): none")
+
+
+def test_the_run_s_serving_settings_carry_its_policies(tmp_path: Path) -> None:
+    config = _train([*REQUIRED, *FLAGS])
+    # The proxy of every rollout (in process, or a Ray actor's) routes each call by them.
+    assert config.serve.policies == POLICIES
+    assert config.rollout().serve.policies == POLICIES
+    assert pickle.loads(pickle.dumps(config.rollout())).serve.policies == POLICIES
+    assert _train(REQUIRED).rollout().serve.policies is None
+    # Code sets them, not a flag or a config file key: `rltap serve` takes no such flag.
+    assert "policies" not in config_values(config.serve)
+    assert "policies" not in {setting.dest for setting in settings(ServerConfig)}
+    with pytest.raises(ConfigError, match="unknown keys"):
+        read_config_file(Path(_file(tmp_path, "policies = 1\n")[1]), settings(ServerConfig))

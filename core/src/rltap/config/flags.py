@@ -40,6 +40,7 @@ __all__ = [
     "add_arguments",
     "config_values",
     "from_namespace",
+    "internal",
     "option",
     "parse",
     "read_config_file",
@@ -90,6 +91,12 @@ def option(
         "convert": convert,
     }
     return dataclasses.field(default=default, metadata=metadata)
+
+
+def internal(default: Any, help: str) -> Any:
+    """A field that code sets, not a flag or a `--config` key: what a command derives from its
+    own settings and hands on (`rltap train`'s policies, in its serving settings)."""
+    return dataclasses.field(default=default, metadata={"help": help, "internal": True})
 
 
 def section(default: Any, title: str | None = None) -> Any:
@@ -143,7 +150,7 @@ def _settings(
     fields and so no instance)."""
     hints = get_type_hints(cls)
     for f in dataclasses.fields(cls):
-        if not f.init:
+        if not f.init or f.metadata.get("internal"):
             continue
         if f.metadata.get("section"):
             title = f.metadata.get("title") or group

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypeAlias, get_args
 
 from rltap.config.engines import ENGINE_KINDS, SERVER_ENGINES, engines_help
-from rltap.config.flags import ConfigError, option, section
+from rltap.config.flags import ConfigError, internal, option, section
 from rltap.config.launch import LaunchConfig
+from rltap.config.policies import Policies
 from rltap.record.tensor_codec import TensorEnvelope
 
 __all__ = [
@@ -264,6 +265,11 @@ class ServeConfig:
     limits: LimitsConfig = section(LimitsConfig, "sessions")
     store: StoreConfig = section(StoreConfig, "capture store")
     launch: LaunchConfig = section(LaunchConfig, "managed engine servers")
+    # The run's policies (`rltap train`'s, `TrainConfig.policies`): each call generates with
+    # its agent's (`ModelRequest.policy`) and is recorded with it. None: one policy for all.
+    policies: Policies | None = internal(
+        None, "the policy of each agent (rltap train's [policies]); None: one for every call"
+    )
 
     def __post_init__(self) -> None:
         if not self.launch.launch:
@@ -286,6 +292,10 @@ class ServeConfig:
         if self.limits.model_name:
             return self.limits.model_name
         return Path(self.engine.model or self.engine.tokenizer or "rltap").name
+
+    def with_policies(self, policies: Policies | None) -> ServeConfig:
+        """These settings serving `policies` (each agent's calls with its policy's adapter)."""
+        return self if policies == self.policies else replace(self, policies=policies)
 
     def with_store(self, path: str) -> ServeConfig:
         """These settings with the capture store in `path`."""

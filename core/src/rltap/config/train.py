@@ -292,6 +292,8 @@ class TrainConfig(AgentTask):
             lora_rank=self.lora.lora_rank,
             engine=self.serve.engine.engine,
         )
+        # The proxy routes each call to its agent's policy: its serving settings carry them.
+        object.__setattr__(self, "serve", self.serve.with_policies(self.policies))
 
     @property
     def model(self) -> str:

@@ -110,7 +110,10 @@ def _proxy_state(
 
     def new_session(session_id: str) -> Session:
         cache = InteractionCache(None if capture is None else capture.journal(session_id))
-        return Session(engine, renderer, config.chat, session_id=session_id, cache=cache)
+        return Session(
+            engine, renderer, config.chat, session_id=session_id, cache=cache,
+            policies=config.policies,
+        )  # fmt: skip
 
     router = engine if isinstance(engine, EngineRouter) else None
     on_end = None if router is None else router.end_session

@@ -14,6 +14,11 @@ formats that carry it:
 - the viewer's tree nodes: `summary()` (everything but the message lists) plus the call's status.
 
 Token columns are the `TokenSequence`'s: `input_ids`, `loss_mask`, `logprobs`, `versions`.
+
+An optional field (`policy`: the call's policy in a run of several, `rltap.config.policies`) is
+in `to_json()`, `to_row()` and `summary()` only where it is set, so a run without policies
+exports what it always did; `OPTIONAL_COLUMNS` are its table columns, which a Parquet export
+adds when some call has one.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from rltap.record.types import (
 )
 
 __all__ = [
+    "OPTIONAL_COLUMNS",
     "ROW_COLUMNS",
     "TOKEN_COLUMNS",
     "ColumnKind",
@@ -52,8 +58,8 @@ ExportStyle = Literal["individual", "concat", "tree"]
 ColumnKind = Literal["text", "json", "int", "float", "bool", "ints", "floats"]
 
 
-def _kind(kind: ColumnKind) -> dict[str, ColumnKind]:
-    return {"kind": kind}
+def _kind(kind: ColumnKind, *, optional: bool = False) -> dict[str, Any]:
+    return {"kind": kind, "optional": optional}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -78,6 +84,9 @@ class ExportedInteraction:
     stop_reason: str | None = field(default=None, metadata=_kind("text"))
     logprob_convention: str | None = field(default=None, metadata=_kind("text"))
     constrained: bool = field(default=False, metadata=_kind("bool"))
+    # The policy that generated the call (its tokens' versions are that policy's); None: the
+    # run's one policy, or the base model in a run of several.
+    policy: str | None = field(default=None, metadata=_kind("text", optional=True))
 
     @classmethod
     def of(cls, node: InteractionWithTokenLogpReward) -> ExportedInteraction:
@@ -97,6 +106,7 @@ class ExportedInteraction:
             stop_reason=response.stop_reason.value if complete and response else None,
             logprob_convention=response.logprob_convention.value if complete and response else None,
             constrained=node.constrained,
+            policy=node.policy,
         )
 
     @classmethod
@@ -106,7 +116,11 @@ class ExportedInteraction:
         return cls(**{name: item[name] for name in _NAMES if name in item})
 
     def to_json(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in _NAMES}
+        """Every field, an optional one only where it is set."""
+        return {name: getattr(self, name) for name in _NAMES if self._shown(name)}
+
+    def _shown(self, name: str) -> bool:
+        return name not in _OPTIONAL_NAMES or getattr(self, name) is not None
 
     def to_row(self) -> dict[str, Any]:
         """`to_json()` with the `json` columns as JSON text."""
@@ -117,7 +131,11 @@ class ExportedInteraction:
 
     def summary(self) -> dict[str, Any]:
         """`to_json()` without the message lists."""
-        return {name: getattr(self, name) for name in _NAMES if name not in _JSON_NAMES}
+        return {
+            name: getattr(self, name)
+            for name in _NAMES
+            if name not in _JSON_NAMES and self._shown(name)
+        }
 
     def rebuild(
         self,
@@ -151,6 +169,7 @@ class ExportedInteraction:
             detached_parent_id=self.parent_id,
             link=Link(self.link) if self.link else None,
             agent_id=self.agent_id,
+            policy=self.policy,
             messages=self.messages,
             output_message_list=self.output_message_list,
             interaction_id=self.interaction_id,
@@ -162,6 +181,7 @@ class ExportedInteraction:
 _FIELDS = dataclasses.fields(ExportedInteraction)
 _NAMES = tuple(f.name for f in _FIELDS)
 _JSON_NAMES = tuple(f.name for f in _FIELDS if f.metadata["kind"] == "json")
+_OPTIONAL_NAMES = frozenset(f.name for f in _FIELDS if f.metadata["optional"])
 
 TOKEN_COLUMNS: tuple[tuple[str, ColumnKind], ...] = (
     ("input_ids", "ints"),
@@ -171,8 +191,12 @@ TOKEN_COLUMNS: tuple[tuple[str, ColumnKind], ...] = (
 )
 # An exported interaction as a table's columns (`to_row()` and `token_columns`), in order.
 ROW_COLUMNS: tuple[tuple[str, ColumnKind], ...] = (
-    *((f.name, f.metadata["kind"]) for f in _FIELDS),
+    *((f.name, f.metadata["kind"]) for f in _FIELDS if not f.metadata["optional"]),
     *TOKEN_COLUMNS,
+)
+# The columns of the optional fields, after `ROW_COLUMNS` where a table has them.
+OPTIONAL_COLUMNS: tuple[tuple[str, ColumnKind], ...] = tuple(
+    (f.name, f.metadata["kind"]) for f in _FIELDS if f.metadata["optional"]
 )
 
 

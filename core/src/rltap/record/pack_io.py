@@ -2,9 +2,10 @@
 
 On the wire (`/export_trajectories` with style "tree", `encode_pack` / `decode_pack`):
 `{"tensors": {name: rltap tensor envelope}, "interaction_ids": [...], "leaves": [{"interaction_id",
-"reward", "path": envelope}]}`, where the tensors are the pack's per-token arrays (`PACK_ARRAYS`,
-each shape [N]) in `rltap.record.tensor_codec`'s rltap envelope, and a leaf's path is an int32
-[len].
+"reward", "path": envelope}], "interaction_policies": [...]}` (that last key only where the pack
+has policies: `TreePack.interaction_policies`), where the tensors are the pack's per-token arrays
+(`PACK_ARRAYS`, each shape [N]) in `rltap.record.tensor_codec`'s rltap envelope, and a leaf's
+path is an int32 [len].
 
 In a file (`save_packs` / `load_packs`; `rltap rollout --style tree` writes its `batch.safetensors`
 this way), P packs laid end to end, every index local to its own pack:
@@ -18,7 +19,8 @@ this way), P packs laid end to end, every index local to its own pack:
   `leaf_interaction` int32 [leaves]: its interaction, an index into `interaction_ids`;
 - metadata (safetensors' string header): `interaction_ids`, a JSON list of all packs' ids, and
   `interaction_offsets`, JSON [P + 1]: pack p's are `interaction_ids[offsets[p]:offsets[p + 1]]`
-  (its `interaction_index` counts in them).
+  (its `interaction_index` counts in them); `interaction_policies`, a JSON list beside
+  `interaction_ids` (null: the base model), only where some pack has policies.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from rltap.record.pack import PackLeaf, TreePack
+from rltap.record.pack import PackLeaf, TreePack, joined_policies
 from rltap.record.tensor_codec import decode_array, decode_arrays, encode_tensor, encode_tensors
 
 __all__ = [
@@ -46,7 +48,9 @@ __all__ = [
 
 # The per-token arrays, in the pack's field order.
 PACK_ARRAYS = tuple(
-    f.name for f in dataclasses.fields(TreePack) if f.name not in ("interaction_ids", "leaves")
+    f.name
+    for f in dataclasses.fields(TreePack)
+    if f.name not in ("interaction_ids", "leaves", "interaction_policies")
 )
 
 
@@ -56,7 +60,10 @@ def pack_arrays(pack: TreePack) -> dict[str, np.ndarray]:
 
 
 def _pack(
-    arrays: Mapping[str, np.ndarray], interaction_ids: list[str], leaves: list[PackLeaf]
+    arrays: Mapping[str, np.ndarray],
+    interaction_ids: list[str],
+    leaves: list[PackLeaf],
+    policies: list[str | None] | None = None,
 ) -> TreePack:
     missing = [name for name in PACK_ARRAYS if name not in arrays]
     if missing:
@@ -66,6 +73,7 @@ def _pack(
         **{name: np.asarray(arrays[name]) for name in PACK_ARRAYS},
         interaction_ids=interaction_ids,
         leaves=leaves,
+        interaction_policies=policies,
     )
 
 
@@ -79,11 +87,14 @@ def encode_pack(pack: TreePack) -> dict[str, Any]:
         }
         for leaf in pack.leaves
     ]
-    return {
+    body: dict[str, Any] = {
         "tensors": encode_tensors(pack_arrays(pack)),
         "interaction_ids": list(pack.interaction_ids),
         "leaves": leaves,
     }
+    if pack.interaction_policies is not None:
+        body["interaction_policies"] = list(pack.interaction_policies)
+    return body
 
 
 def decode_pack(body: Mapping[str, Any]) -> TreePack:
@@ -93,7 +104,8 @@ def decode_pack(body: Mapping[str, Any]) -> TreePack:
         PackLeaf(str(leaf["interaction_id"]), float(leaf["reward"]), decode_array(leaf["path"]))
         for leaf in body["leaves"]
     ]
-    return _pack(arrays, [str(i) for i in body["interaction_ids"]], leaves)
+    policies = body.get("interaction_policies")
+    return _pack(arrays, [str(i) for i in body["interaction_ids"]], leaves, policies)
 
 
 def concat_packs(packs: Sequence[TreePack]) -> tuple[TreePack, np.ndarray]:
@@ -118,7 +130,7 @@ def concat_packs(packs: Sequence[TreePack]) -> tuple[TreePack, np.ndarray]:
         for leaf in pack.leaves
     ]
     ids = [interaction_id for pack in packs for interaction_id in pack.interaction_ids]
-    return _pack(arrays, ids, leaves), offsets
+    return _pack(arrays, ids, leaves, joined_policies(packs)), offsets
 
 
 def save_packs(path: Path, packs: Sequence[TreePack]) -> None:
@@ -143,6 +155,9 @@ def save_packs(path: Path, packs: Sequence[TreePack]) -> None:
             _offsets([len(p.interaction_ids) for p in packs]).tolist()
         ),
     }
+    policies = joined_policies(packs)
+    if policies is not None:
+        metadata["interaction_policies"] = json.dumps(policies)
     save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, str(path), metadata)
 
 
@@ -159,6 +174,7 @@ def load_packs(path: Path) -> list[TreePack]:
         tensors = {key: handle.get_tensor(key) for key in handle.keys()}  # noqa: SIM118
     ids: list[str] = json.loads(metadata["interaction_ids"])
     counts: list[int] = json.loads(metadata["interaction_offsets"])
+    policies = json.loads(metadata.get("interaction_policies") or "null")
     tokens, leaf_of, paths = (
         tensors["pack_offsets"],
         tensors["pack_leaves"],
@@ -175,5 +191,6 @@ def load_packs(path: Path) -> list[TreePack]:
             )
             for leaf in range(int(leaf_of[p]), int(leaf_of[p + 1]))
         ]
-        packs.append(_pack(arrays, ids[counts[p] : counts[p + 1]], leaves))
+        own = None if policies is None else policies[counts[p] : counts[p + 1]]
+        packs.append(_pack(arrays, ids[counts[p] : counts[p + 1]], leaves, own))
     return packs

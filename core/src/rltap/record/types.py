@@ -264,7 +264,7 @@ class InteractionWithTokenLogpReward:
     `reward` is the reward assigned to this call itself. Exports hand out copies whose `reward`
     is the discounted value, so the cache is never mutated by an export and a retry gives the
     same result. `parent` is the interaction this call continues and `link` how (see
-    `rltap.tree.links`); `agent_id` names the agent that made it.
+    `rltap.tree.links`); `agent_id` names the agent that made it, `policy` what generated it.
     """
 
     model_response: ModelResponse | None = None
@@ -273,6 +273,10 @@ class InteractionWithTokenLogpReward:
     # None until the cache resolves it: PREFIX when a parent was given, else found.
     link: Link | None = None
     agent_id: str | None = None
+    # The policy that generated the reply (`ModelRequest.policy`: its agent's LoRA adapter in a
+    # run of several policies), whose version its tokens carry. None: a single-policy run's
+    # policy, or the base model (an agent no policy serves).
+    policy: str | None = None
     messages: list[dict[str, Any]] = field(default_factory=list)
     # How many leading `messages` are the call's own instructions (Responses `instructions`),
     # which a call continuing it by `previous_response_id` does not carry over.

@@ -62,12 +62,14 @@ def build_model_request(
     sampling: EpisodeSampling,
     call: int,
     session_id: str | None = None,
+    policy: str | None = None,
 ) -> ModelRequest:
     """Choice `index` of `request`, its prompt rendered as `ids`, as the engine's request: the
     output bounded by the context left, `chat`'s defaults, a seed per choice, the grammar of a
     schema or forced tool call (for the replies `parser` reads). `call` numbers the session's
     calls: with the episode's `sampling`, it gives a call without a seed of its own one (a
-    rerun samples the same). `session_id`: the session the call belongs to."""
+    rerun samples the same). `session_id`: the session the call belongs to; `policy`: the
+    policy (LoRA adapter) that generates it."""
     context = chat.context_window
     limit = context - len(ids)
     if request.max_tokens is None:
@@ -98,4 +100,5 @@ def build_model_request(
         tools=request.tools,
         constraint=request_constraint(request, parser, renderer),
         session_id=session_id,
+        policy=policy,
     )

@@ -7,7 +7,8 @@ or `export_tree`, rewards discounted along its tree); the files hold what comes 
   for `tree`, per session: its pack's per-token arrays and leaves), token columns as lists.
   Columns: `session_id`, `task_id`, `session_state` (`ended`, `reaped`, `interrupted`, ...),
   then an exported interaction's (`rltap.record.exported.ROW_COLUMNS`: its fields, the message
-  lists as JSON text, `reward` discounted, then the token columns).
+  lists as JSON text, `reward` discounted, then the token columns; in a store with policies,
+  `OPTIONAL_COLUMNS`' `policy` after them, and a tree row's `interaction_policies`).
   `datasets.load_dataset("parquet", data_files=PATH)` reads the Parquet file as it is.
 - `safetensors`: the batch `rltap rollout` writes (`individual` / `concat`: right-padded
   [B, L] tensors; `tree`: one pack per session, `rltap.record.pack_io.save_packs`).
@@ -72,6 +73,8 @@ def _tree_row(stored: StoredSession, discount: float) -> dict[str, Any] | None:
     if not pack.interaction_ids:
         return None
     row = _session_columns(stored) | {"interaction_ids": pack.interaction_ids}
+    if pack.interaction_policies is not None:
+        row["interaction_policies"] = pack.interaction_policies
     row |= {name: array.tolist() for name, array in pack_arrays(pack).items()}
     row["leaves"] = [
         {"interaction_id": leaf.interaction_id, "reward": leaf.reward, "path": leaf.path.tolist()}
@@ -113,7 +116,7 @@ def export_store(
         if file_format == "jsonl":
             count = _write_jsonl(out, rows)
         elif file_format == "parquet":
-            count = write_parquet(out, rows, style)
+            count = write_parquet(out, rows, style, policies=reader.has_policies())
         elif style == "tree":
             count = _write_packs(out, reader, discount)
         else:

@@ -23,6 +23,7 @@ from rltap.record.types import (
     StopReason,
 )
 from rltap.store.codec import float_blob, floats, int_blob, ints
+from rltap.store.schema import interaction_columns
 from rltap.tree.cache import InteractionCache
 from rltap.tree.canonical import tools_context
 
@@ -34,19 +35,30 @@ __all__ = [
     "interaction_row",
     "load_session",
     "restore_cache",
+    "selected_columns",
 ]
 
 COLUMNS = (
     "interaction_id", "session_id", "seq", "parent_id", "link", "agent_id", "status", "error",
     "reward", "created", "input_len", "output_len", "max_version", "latency", "stop_reason",
     "logprob_convention", "constrained", "chat_template", "instruction_messages", "messages",
-    "output_messages", "tools", "input_ids", "output_ids", "logprobs", "versions",
+    "output_messages", "tools", "input_ids", "output_ids", "logprobs", "versions", "policy",
 )  # fmt: skip
 INSERT_INTERACTION = (
     f"INSERT OR REPLACE INTO interactions ({', '.join(COLUMNS)}) "
     f"VALUES ({', '.join('?' * len(COLUMNS))})"
 )
 SELECT_INTERACTIONS = f"SELECT {', '.join(COLUMNS)} FROM interactions"
+
+
+def selected_columns(conn: sqlite3.Connection, table: str = "") -> str:
+    """`COLUMNS` as a SELECT list (each prefixed `table.`), a column the store lacks (one
+    `ADDED_COLUMNS` adds, in a store written before it) as NULL."""
+    present = interaction_columns(conn)
+    prefix = f"{table}." if table else ""
+    return ", ".join(
+        f"{prefix}{name}" if name in present else f"NULL AS {name}" for name in COLUMNS
+    )
 
 
 def _json(value: Any) -> str | None:
@@ -66,7 +78,7 @@ def interaction_row(
         int(node.constrained), node.chat_template_type, node.instruction_messages,
         _json(node.messages), _json(node.output_message_list), _json(node.tools),
     )  # fmt: skip
-    return (*head, *_token_columns(node), *tail, *_token_blobs(node))
+    return (*head, *_token_columns(node), *tail, *_token_blobs(node), node.policy)
 
 
 def _token_columns(node: InteractionWithTokenLogpReward) -> tuple[Any, ...]:
@@ -125,6 +137,7 @@ def restore_cache(rows: Iterable[sqlite3.Row]) -> InteractionCache:
             parent=parent,
             link=Link(row["link"]) if row["link"] else Link.ROOT,
             agent_id=row["agent_id"],
+            policy=row["policy"],
             messages=orjson.loads(row["messages"]),
             instruction_messages=row["instruction_messages"],
             output_message_list=orjson.loads(row["output_messages"] or "null"),
@@ -157,5 +170,5 @@ def load_session(conn: sqlite3.Connection, session_id: str) -> StoredSession | N
     row = conn.execute("SELECT * FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
     if row is None:
         return None
-    query = f"{SELECT_INTERACTIONS} WHERE session_id = ? ORDER BY seq"
+    query = f"SELECT {selected_columns(conn)} FROM interactions WHERE session_id = ? ORDER BY seq"
     return StoredSession(row, restore_cache(conn.execute(query, (session_id,))))

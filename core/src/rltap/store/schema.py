@@ -5,6 +5,10 @@ interaction: its place in the tree (`seq`, the cache's insertion order; `parent_
 its status, reward, messages (JSON) and tokens (`rltap.store.codec` blobs). The covering index
 on `(session_id, ...)` answers the viewer's session list without reading a blob.
 
+A column added since schema 1 (`ADDED_COLUMNS`: `policy`, the call's policy in a run of several)
+is added to an older store by the first writer that opens it; a reader of a store without it
+reads NULL (`rltap.store.rows.selected_columns`).
+
 WAL with `synchronous=NORMAL`: a committed transaction survives the process being killed
 (SIGKILL included); the last transactions before a power loss may not.
 """
@@ -14,7 +18,15 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-__all__ = ["PRAGMAS", "READ_PRAGMAS", "SCHEMA_VERSION", "STORE_FILE", "connect"]
+__all__ = [
+    "ADDED_COLUMNS",
+    "PRAGMAS",
+    "READ_PRAGMAS",
+    "SCHEMA_VERSION",
+    "STORE_FILE",
+    "connect",
+    "interaction_columns",
+]
 
 SCHEMA_VERSION = 1
 # The store's name in a run folder (`rltap rollout --out`, `rltap train --out`).
@@ -22,6 +34,8 @@ STORE_FILE = "capture.sqlite"
 # Every connection's settings, the writer process's included (`rltap.store.writer`).
 READ_PRAGMAS = ("PRAGMA busy_timeout=10000",)  # a reader's: it changes nothing in the file
 PRAGMAS = (*READ_PRAGMAS, "PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL")
+# The interactions' columns added since schema 1 (all nullable), with their types.
+ADDED_COLUMNS = (("policy", "TEXT"),)
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -62,7 +76,8 @@ CREATE TABLE IF NOT EXISTS interactions (
     input_ids BLOB,
     output_ids BLOB,
     logprobs BLOB,
-    versions BLOB
+    versions BLOB,
+    policy TEXT
 );
 CREATE INDEX IF NOT EXISTS interactions_by_session
     ON interactions (session_id, seq, status, reward, input_len, output_len, max_version);
@@ -83,6 +98,10 @@ def connect(
         conn.execute(pragma)
     if create:
         conn.executescript(_TABLES)
+        present = interaction_columns(conn)
+        for name, kind in ADDED_COLUMNS:
+            if name not in present:  # a store written before the column existed
+                conn.execute(f"ALTER TABLE interactions ADD COLUMN {name} {kind}")
     try:
         found = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
     except sqlite3.DatabaseError:  # no meta table, or no SQLite file at all
@@ -97,3 +116,8 @@ def connect(
         msg = f"{path} is a capture store of schema {found[0]}; this rltap reads {SCHEMA_VERSION}"
         raise ValueError(msg)
     return conn
+
+
+def interaction_columns(conn: sqlite3.Connection) -> set[str]:
+    """The columns the store's interactions table has."""
+    return {str(row[1]) for row in conn.execute("PRAGMA table_info(interactions)")}

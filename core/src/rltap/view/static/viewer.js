@@ -2,6 +2,12 @@
 "use strict";
 
 const LINK_COLOURS = { root: "#6b7a90", prefix: "#2d6cdf", rewrite: "#8e44ad", handoff: "#d35400", subagent: "#16a085", carry: "#b7950b" };
+// A light fill per policy (a run of several policies), the same hue for a name on every page.
+function policyFill(policy) {
+  let hash = 0;
+  for (const ch of policy) hash = (hash * 31 + ch.codePointAt(0)) % 360;
+  return `hsl(${hash}, 70%, 90%)`;
+}
 const view = { run: null, sort: "started", desc: false, session: null, interaction: null };
 // The latest request of each kind: a reply that arrives after a newer request was made (typing
 // in the search box, clicking from session to session) is dropped, not drawn over the newer one.
@@ -129,8 +135,9 @@ function drawTree(svg, nodes) {
   for (const node of placed) {
     const { x, y } = pos(node);
     const group = el("svg:g", { class: `node ${node.status}`, transform: `translate(${x},${y})`, "data-interaction": node.interaction_id });
-    group.append(el("svg:rect", { width: W, height: H }));
-    group.append(el("svg:text", { x: 8, y: 16 }, `${node.interaction_id.slice(-10)} ${node.status === "complete" ? "" : node.status}`));
+    group.append(el("svg:rect", node.policy ? { width: W, height: H, style: `fill: ${policyFill(node.policy)}`, "data-policy": node.policy } : { width: W, height: H }));
+    const policy = node.policy ? ` · ${node.policy}` : "";
+    group.append(el("svg:text", { x: 8, y: 16 }, `${node.interaction_id.slice(-10)}${policy} ${node.status === "complete" ? "" : node.status}`));
     group.append(el("svg:text", { x: 8, y: 32, class: "reward" }, `reward ${fmt(node.reward)} → ${fmt(node.discounted)}`));
     group.append(el("svg:text", { x: 8, y: 48 }, `${node.input_len} + ${node.output_len} tokens`));
     group.append(el("svg:title", {}, node.error || node.output_text.slice(0, 200)));
@@ -147,6 +154,7 @@ async function openInteraction(interactionId) {
   $("#detail").hidden = false;
   $("#detail-title").textContent = detail.interaction_id;
   $("#detail-meta").textContent = `parent ${detail.parent_id || "none"} · link ${detail.link} · agent ${detail.agent_id || "-"} · ` +
+    (detail.policy ? `policy ${detail.policy} · ` : "") +
     `status ${detail.status}${detail.error ? ` (${detail.error})` : ""} · reward ${fmt(detail.reward)} · stop ${detail.stop_reason || "-"}`;
   const messages = [...detail.messages, ...(detail.output_message_list || []).map((m) => ({ ...m, output: true }))];
   $("#messages").replaceChildren(...messages.map(messageBlock));
