@@ -147,6 +147,21 @@ def test_a_policy_learns_nothing_from_another_policys_tokens(tiny_model_dir: Pat
     assert any(not torch.equal(student_one[k], student_other[k]) for k in student_one)
 
 
+def test_the_packs_own_policies_choose_the_tokens(tiny_model_dir: Path) -> None:
+    one, other = model_of(tiny_model_dir), model_of(tiny_model_dir)
+    pack, owners = episode()
+    by_call = PolicyTrainers(one, POLICIES, UpdateConfig(lr=1e-2))
+    by_call.step([pack], by_interaction(owners))
+    stamped = copy.deepcopy(pack)
+    stamped.interaction_policies = [owners.get(i) for i in stamped.interaction_ids]
+    by_pack = PolicyTrainers(other, POLICIES, UpdateConfig(lr=1e-2))
+    _, changed = by_pack.step([stamped], TreePack.policy_mask)  # the capture side's column
+    assert changed == ["tutor", "student"]
+    for name in POLICIES:
+        mine, theirs = adapter(one, name), adapter(other, name)
+        assert all(torch.equal(mine[k], theirs[k]) for k in mine)
+
+
 async def test_the_sync_moves_only_the_changed_adapters_and_their_versions(
     tiny_model_dir: Path, tiny_model: Any
 ) -> None:

@@ -10,12 +10,13 @@ coefficient (`PolicyConfig.update`), every forward of its step run with its adap
 (peft's `set_adapter`) and its KL reference the base model (every adapter disabled).
 
 `PolicyTrainers.step(packs, tokens_of)` trains each policy on its own agents' tokens:
-`tokens_of(pack, policy)` says which of a pack's tokens are the policy's (a boolean per token;
-`by_interaction` builds it from each recorded call's policy, until the pack carries its
-segments' policies). Each policy steps on the packs that hold some of its tokens, their loss
-mask narrowed to them (advantages still come from the whole pack: the episode's reward is
-cooperative), at its own version (`versions`: the tokens of a policy carry its version); a
-policy with no token this step does not step, and its adapter stays as it was. The step
+`tokens_of(pack, policy)` says which of a pack's tokens are the policy's (a boolean or 0/1 per
+token): `TreePack.policy_mask`, from the policy each exported call carries, or
+`by_interaction`, from a mapping of interaction id to policy. Each policy steps on the packs
+that hold some of its tokens, their loss mask narrowed to them (advantages still come from
+the whole pack: the episode's reward is cooperative), at its own version (`versions`: the
+tokens of a policy carry its version); a policy with no token this step does not step, and
+its adapter stays as it was. The step
 returns the metrics, each named `<policy>/<metric>` (`loss`, `kl`, `entropy`, `tokens`, ...),
 and the policies it changed: the ones whose adapter a sync must move
 (`rltap.train.policy_store.PolicySync`), which also moves their versions.
