@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from rltap.chat.renderer import ChatRenderer
+from rltap.client.direct import DirectOpenAI
 from rltap.client.proxy import interactions_from_export, tree_from_export
 from rltap.config import ChatConfig, ServeConfig, StoreConfig
 from rltap.config.policies import PolicyConfig
@@ -214,3 +215,26 @@ async def test_without_policies_no_call_names_one(
 
     names = pq.read_schema(export_store(store, tmp_path / "calls.parquet", "parquet").path).names
     assert "policy" not in names
+
+
+async def test_the_direct_client_routes_by_the_same_policies(
+    tiny_model: Any, renderer: ChatRenderer
+) -> None:
+    engine = TransformersEngine(copy.deepcopy(tiny_model), eos_token_ids=[])
+    client = DirectOpenAI(
+        engine, renderer.tokenizer, chat=ChatConfig(max_context=1024), policies=POLICIES
+    )
+    await engine.start()
+    try:
+        await engine.update_weights(random_adapter(tiny_model, "student", 2), version=7)
+        for agent in ("Student's helper", "Critic"):
+            await client.chat.completions.create(
+                model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=3,
+                extra_headers={"X-Rltap-Agent": agent_header_value(agent)},
+            )  # fmt: skip
+        calls = list(client.session.cache.values())
+        assert [call.policy for call in calls] == ["student", None]
+        assert [set(call.model_response.output_versions) for call in calls] == [{7}, {0}]  # type: ignore[union-attr]
+    finally:
+        await client.close()
+        await engine.close()

@@ -30,6 +30,7 @@ import openai
 import orjson
 
 from rltap.chat.renderer import ChatRenderer
+from rltap.config.policies import Policies
 from rltap.config.serve import ChatConfig
 from rltap.engines.base import InferenceEngine
 from rltap.protocols import SPECS, ApiSpec, operation_for, spec_for_path
@@ -136,7 +137,8 @@ class DirectOpenAI(openai.AsyncOpenAI):
     `chat` is the proxy's chat section (`rltap serve`'s chat flags: template mode, parsers,
     context, defaults, `strict_max_tokens`, `drop_unsupported_content`), so a call is rendered,
     parsed and bounded exactly as the proxy would. `cache` is the session's interaction cache
-    (a fresh `InteractionCache` by default).
+    (a fresh `InteractionCache` by default). `policies` (`ServeConfig.policies`): each call
+    generates with its agent's policy, as the proxy's calls do.
     """
 
     def __init__(
@@ -146,6 +148,7 @@ class DirectOpenAI(openai.AsyncOpenAI):
         *,
         chat: ChatConfig | None = None,
         cache: InteractionCache | None = None,
+        policies: Policies | None = None,
         **openai_kwargs: Any,
     ) -> None:
         chat = chat or ChatConfig()
@@ -154,7 +157,7 @@ class DirectOpenAI(openai.AsyncOpenAI):
             renderer = ChatRenderer.from_pretrained(tokenizer, mode=mode)
         else:
             renderer = ChatRenderer(tokenizer, mode=mode)
-        self.session = Session(engine, renderer, chat, cache=cache)
+        self.session = Session(engine, renderer, chat, cache=cache, policies=policies)
         transport = DirectTransport(self.session)
         openai_kwargs.setdefault("api_key", "rltap-direct")
         openai_kwargs.setdefault("base_url", "http://rltap.direct/v1")
