@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import openai
 import orjson
@@ -21,11 +22,12 @@ import torch
 from rltap.chat.renderer import ChatRenderer
 from rltap.client.direct import DirectOpenAI
 from rltap.client.proxy import interactions_from_export, tree_from_export
-from rltap.config import ChatConfig, ServeConfig, StoreConfig
+from rltap.config import ChatConfig, EngineConfig, ServeConfig, StoreConfig
 from rltap.config.policies import PolicyConfig
 from rltap.engines.base import AdapterWeights
 from rltap.engines.transformers import TransformersEngine
 from rltap.record.types import ModelRequest
+from rltap.rollout.serving import local_proxy
 from rltap.store.files import export_store
 from rltap.store.read import StoreReader
 from rltap.testing.proxy import RunningProxy, start_test_proxy
@@ -238,3 +240,40 @@ async def test_the_direct_client_routes_by_the_same_policies(
     finally:
         await client.close()
         await engine.close()
+
+
+async def test_a_rollout_s_local_proxy_routes_by_its_serving_settings_policies(
+    tiny_model: Any, tiny_model_dir: Path, renderer: ChatRenderer
+) -> None:
+    """`rltap train`'s road: `TrainConfig.rollout().serve` carries the policies into
+    `local_proxy` (in process, or in each Ray actor)."""
+    engine = TransformersEngine(copy.deepcopy(tiny_model), eos_token_ids=[])
+    config = ServeConfig(
+        engine=EngineConfig(model=str(tiny_model_dir)),
+        chat=ChatConfig(max_context=1024),
+        policies=POLICIES,
+    )
+    async with (
+        local_proxy(config, engine=engine, tokenizer=renderer.tokenizer) as serving,
+        httpx.AsyncClient(timeout=60) as http,
+    ):
+        await engine.update_weights(random_adapter(tiny_model, "tutor", 1), version=3)
+        admin = {"authorization": f"Bearer {serving.admin_key}"}
+        started = (await http.post(f"{serving.url}/rl/start_session", headers=admin)).json()
+        client = openai.AsyncOpenAI(
+            base_url=f"{serving.url}/v1", api_key=started["api_key"], http_client=http
+        )
+        await client.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=3,
+            extra_headers={"X-Rltap-Agent": agent_header_value("Math Tutor")},
+        )  # fmt: skip
+        key = {"authorization": f"Bearer {started['api_key']}"}
+        assert (await http.post(f"{serving.url}/rl/end_session", headers=key)).status_code == 200
+        body = {"session_id": started["session_id"], "format": "rltap"}
+        exported = await http.post(f"{serving.url}/export_trajectories", json=body, headers=admin)
+        assert exported.status_code == 200, exported.text
+        (item,) = exported.json()["interactions"]
+        assert item["policy"] == "tutor"
+        (call,) = interactions_from_export(exported.json()).values()
+        assert call.model_response is not None
+        assert set(call.model_response.output_versions) == {3}
