@@ -138,6 +138,24 @@ def test_a_tree_over_the_budget_splits_at_its_branch_point_with_the_prefix_again
     ]
 
 
+def test_split_pieces_keep_each_calls_policy() -> None:
+    root = call([1, 2, 3, 4], [5, 6])
+    left, right = call([7], [8, 9], root), call([7], [10, 11], root)
+    for node, policy in ((root, "tutor"), (left, "student"), (right, None)):
+        node.policy = policy
+    pieces = split_pack(pack_interactions([root, left, right], {}), 9)
+    policy_of = {root.interaction_id: "tutor", left.interaction_id: "student"}
+    for piece in pieces:
+        assert piece.interaction_policies is not None
+        for interaction_id, policy in zip(
+            piece.interaction_ids, piece.interaction_policies, strict=True
+        ):
+            assert policy == policy_of.get(interaction_id)
+    # the student's two tokens are trained in the piece of its leaf, the tutor's in one piece
+    assert sum(int(piece.policy_mask("student").sum()) for piece in pieces) == 2
+    assert sum(int((piece.policy_mask("tutor") * piece.loss_mask).sum()) for piece in pieces) == 2
+
+
 def test_a_chain_longer_than_the_budget_is_an_error_naming_the_budget() -> None:
     pack = pack_interactions([call([1, 2, 3], [4, 5, 6])], {})
     with pytest.raises(ContextLengthExceeded, match="bound of 5 tokens"):

@@ -137,4 +137,7 @@ def _subset(pack: TreePack, kept: np.ndarray, context: np.ndarray) -> TreePack:
         for leaf in leaves
     ]
     ids = [pack.interaction_ids[i] for i in used]
-    return TreePack(**arrays, interaction_ids=ids, leaves=moved)
+    policies = pack.interaction_policies
+    if policies is not None:
+        policies = [policies[i] for i in used]
+    return TreePack(**arrays, interaction_ids=ids, leaves=moved, interaction_policies=policies)
