@@ -15,18 +15,17 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from rltap.engines.launch import Command, vllm_command
+from rltap.engines._process import ManagedServer
+from rltap.engines.launch import Command, ServerSpec, vllm_command
 from rltap.testing.models import cached_build
 
 __all__ = [
@@ -143,7 +142,7 @@ class VLLMServer:
         self.lora_rank = lora_rank
         self.port = 0
         self.startup_seconds = 0.0
-        self._process: subprocess.Popen[bytes] | None = None
+        self._server: ManagedServer | None = None
         self.log_path = Path(tempfile.gettempdir()) / f"vllm-server-{os.getpid()}-{id(self)}.log"
 
     @property
@@ -171,34 +170,25 @@ class VLLMServer:
         """Start the server and wait until `/health` answers 200 (or raise with its log)."""
         self.port = _free_port()
         launch = self.launch_command()
-        env = {**os.environ, **CPU_ENV, **launch.env}
+        env = {**CPU_ENV, **launch.env}
         if not self.dev_mode:
             env.pop("VLLM_SERVER_DEV_MODE")
+        spec = ServerSpec("vllm", Command(launch.argv, env), "127.0.0.1", self.port, self.log_path)
+        # rltap's own process handling (`--launch`): its process group, its log, its stop.
+        self._server = ManagedServer(spec)
         started = time.perf_counter()
-        with self.log_path.open("wb") as log:
-            self._process = subprocess.Popen(
-                launch.argv,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd=tempfile.gettempdir(),
-                start_new_session=True,  # its own process group, so stop() reaches the workers
-            )
+        self._server.start()
         self._wait_healthy(started + timeout)
         self.startup_seconds = time.perf_counter() - started
 
     def _wait_healthy(self, deadline: float) -> None:
-        assert self._process is not None
+        assert self._server is not None
         while time.perf_counter() < deadline:
-            if self._process.poll() is not None:
-                msg = f"vLLM exited with {self._process.returncode}:\n{self.log_tail()}"
+            if self._server.returncode() is not None:
+                msg = f"vLLM exited with {self._server.returncode()}:\n{self.log_tail()}"
                 raise RuntimeError(msg)
-            with (
-                contextlib.suppress(urllib.error.URLError, OSError),
-                urllib.request.urlopen(f"{self.url}/health", timeout=2) as response,
-            ):
-                if response.status == 200:
-                    return
+            if self._server.healthy():
+                return
             time.sleep(0.5)
         msg = f"vLLM did not become healthy in time:\n{self.log_tail()}"
         self.stop()
@@ -221,16 +211,11 @@ class VLLMServer:
 
     def stop(self) -> None:
         """Terminate the server's process group (kill it if it lingers); delete its log."""
-        process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=30)
+        server, self._server = self._server, None
+        if server is not None:
+            server.terminate()
+            if not server.wait_stopped(time.monotonic() + 30):
+                server.kill()
         self.log_path.unlink(missing_ok=True)
 
     @classmethod
