@@ -292,6 +292,14 @@ class TrainConfig(AgentTask):
             lora_rank=self.lora.lora_rank,
             engine=self.serve.engine.engine,
         )
+        if self.policies is not None and (
+            self.ray.ray is not None or self.ranks.nproc_per_node > 1
+        ):
+            msg = (
+                "policies ([policies] or --policy) train in one process for now: drop --ray and "
+                "--nproc-per-node"
+            )
+            raise ConfigError(msg)
         # The proxy routes each call to its agent's policy: its serving settings carry them.
         object.__setattr__(self, "serve", self.serve.with_policies(self.policies))
 

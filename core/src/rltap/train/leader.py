@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,7 @@ from rltap.record.errors import RltapError
 from rltap.record.pack import TreePack
 from rltap.train import gather
 from rltap.train.distributed import Ranks
+from rltap.train.run_dir import Checkpoint, RunDir
 from rltap.train.trainer import PolicyTrainer
 
 __all__ = ["RankLeader", "ShardedModel", "follow"]
@@ -73,6 +74,11 @@ class RankLeader:
 
     trainer: PolicyTrainer
     ranks: Ranks
+
+    @property
+    def model(self) -> Any:
+        """Rank 0's model (with FSDP2, its shard)."""
+        return self.trainer.model
 
     def step(self, packs: Sequence[TreePack], version: int) -> dict[str, float]:
         self._tell("step", list(packs), version)
@@ -113,6 +119,13 @@ class RankLeader:
     def load_optimizer(self, folder: Path) -> None:
         self._tell("load_optimizer", folder)
         gather.load_optimizer_state(self.trainer.model, self.trainer.optimizer, folder)
+
+    def save_checkpoint(
+        self, run: RunDir, step: int, tokenizer: Any, state: Mapping[str, Any]
+    ) -> Checkpoint:
+        """`RUN/step-N/`: the weights (with LoRA, the adapter), `tokenizer`, every rank's part
+        of AdamW's state and `state` (`RunDir.save_checkpoint`)."""
+        return run.save_checkpoint(step, self.weights(), tokenizer, self.save_optimizer, state)
 
     def stop(self) -> None:
         self._tell("stop")

@@ -30,6 +30,12 @@ With `--lora-rank N` the trainer trains a LoRA adapter on the frozen --model
 (`rltap.train.lora`), the sync moves only the adapter into the engine (`rltap.train.sync`),
 and each checkpoint is the adapter folder (resuming loads it onto --model again).
 
+With policies (`[policies]`, `--policy`) each policy trains its own LoRA adapter on its agents'
+calls (`rltap.train.policy_leader`): the run's first lines say which policy serves which agents,
+a warning after step 1 names the agents a policy names and no call carried, each sync moves the
+adapters that changed at their own versions, each checkpoint holds every policy's, and the
+metrics add each policy's as `<policy>/<metric>` (`reward.png` draws a line per policy).
+
 With `--nproc-per-node N` (or under torchrun) the trainer is sharded over N ranks (FSDP2,
 `rltap.train.distributed`): rank 0 runs this loop, its proxy, engine and run folder; the other
 ranks follow its trainer's collectives (`rltap.train.leader`): each step's packs reach every rank
@@ -57,11 +63,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from rich.console import Console
 from rich.progress import Progress
+from rich.text import Text
 
 from rltap.config import TrainConfig
+from rltap.config.policies import policy_lines, unseen_agents_warning
 from rltap.record.pack import TreePack
 from rltap.record.sampling import EpisodeSampling, derive_seed
 from rltap.rollout.batch import RolloutSummary
@@ -70,13 +77,14 @@ from rltap.rollout.progress import progress_display
 from rltap.rollout.ray import ray_training
 from rltap.rollout.runner import load_rows, run_rollout
 from rltap.train.distributed import Ranks
-from rltap.train.leader import RankLeader, follow
-from rltap.train.lora import LoraMismatch, is_adapter_folder, lora_model
+from rltap.train.leader import RankLeader
+from rltap.train.leaders import TrainingFailed, follow_training, run_leader
 from rltap.train.memory import trim_heap
+from rltap.train.policy_leader import PolicyLeader, policy_rewards, seen_agents
+from rltap.train.policy_store import PolicySync
 from rltap.train.run_dir import Checkpoint, RunDir
 from rltap.train.shared import Hold, local_training
 from rltap.train.sync import WeightSync
-from rltap.train.trainer import PolicyTrainer
 
 __all__ = [
     "TrainSummary",
@@ -84,10 +92,6 @@ __all__ = [
     "follow_training",
     "run_training",
 ]
-
-
-class TrainingFailed(RuntimeError):
-    """A step cannot train: every episode of its rollouts failed."""
 
 
 @dataclass(slots=True)
@@ -108,16 +112,19 @@ class _Rollout:
     summary: RolloutSummary
     packs: list[TreePack]
     seconds: float
+    # each policy's reward (`policy_leader.policy_rewards`) and the agent ids the calls carried
+    policy_metrics: dict[str, float] = field(default_factory=dict)
+    agents: set[str | None] = field(default_factory=set)
 
 
 class _Loop:
     """The state one `rltap train` call carries from step to step."""
 
-    def __init__(self, config: TrainConfig, run: RunDir, leader: RankLeader) -> None:
+    def __init__(self, config: TrainConfig, run: RunDir, leader: RankLeader | PolicyLeader) -> None:
         self.loop = config.loop
         self.run = run
         self.leader = leader
-        self.trainer = leader.trainer
+        self.policies = config.policies
         self.rows = load_rows(Path(config.data))
         self.version = 0
         self.temperature = config.update.temperature
@@ -155,7 +162,11 @@ class _Loop:
             first = summary.errors[0] if summary.errors else "no episode ran"
             msg = f"step {step}: all {summary.episodes_failed} episodes failed; first: {first}"
             raise TrainingFailed(msg)
-        return _Rollout(summary, batch.packs, time.monotonic() - started)
+        rollout = _Rollout(summary, batch.packs, time.monotonic() - started)
+        if self.policies:
+            rollout.policy_metrics = policy_rewards(batch.lines, self.policies)
+            rollout.agents = seen_agents(batch.lines)
+        return rollout
 
     def evaluates(self, step: int) -> bool:
         """Whether step `step` ends with a held-out evaluation (step 0: before the first)."""
@@ -194,7 +205,11 @@ class _Loop:
             pass_threshold=e.passing.pass_threshold,
         )
         result.write(out)
+        metrics = (
+            policy_rewards(batch.lines, self.policies, prefix="eval_") if self.policies else {}
+        )
         return {
+            **metrics,
             "eval_reward": result.reward_mean,
             "eval_reward_std": result.reward_std,
             "eval_pass_at_1": result.pass_at_k["1"],
@@ -202,14 +217,19 @@ class _Loop:
         }
 
     async def train_and_sync(
-        self, step: int, rollout: _Rollout, sync: WeightSync
+        self, step: int, rollout: _Rollout, sync: WeightSync | PolicySync
     ) -> dict[str, float]:
         started = time.monotonic()
         async with self.exclusive():
             metrics = await asyncio.to_thread(self.leader.step, rollout.packs, self.version)
         trained = time.monotonic()
         self.version += 1
-        await sync.push(await asyncio.to_thread(self.leader.weights), self.version)
+        if isinstance(self.leader, PolicyLeader):
+            assert isinstance(sync, PolicySync)
+            metrics.update(await self.leader.push(sync), **rollout.policy_metrics)
+        else:
+            assert not isinstance(sync, PolicySync)
+            await sync.push(await asyncio.to_thread(self.leader.weights), self.version)
         rewards = [leaf.reward for pack in rollout.packs for leaf in pack.leaves]
         metrics.update(
             reward_mean=statistics.fmean(rewards) if rewards else 0.0,
@@ -229,8 +249,7 @@ class _Loop:
             return
         if step % self.loop.save_every == 0 or step == self.loop.steps:
             state = {"step": step, "version": self.version, "seed": self.loop.episodes.seed}
-            model, save_optimizer = self.leader.weights(), self.leader.save_optimizer
-            self.run.save_checkpoint(step, model, tokenizer, save_optimizer, state)
+            self.leader.save_checkpoint(self.run, step, tokenizer, state)
 
 
 async def run_training(
@@ -243,31 +262,16 @@ async def run_training(
         torch.manual_seed(config.loop.episodes.seed)
     run = RunDir(Path(config.out))
     checkpoint = run.last_checkpoint()
-    _share(ranks, checkpoint.path if checkpoint else None)
-    leader = RankLeader(_trainer(config, checkpoint.path if checkpoint else None), ranks)
+    if config.policies:
+        for line in policy_lines(
+            config.policies, lr=config.update.lr, kl_coef=config.update.kl_coef
+        ):
+            console.print(line, markup=False, highlight=False)
+    leader = run_leader(config, checkpoint, ranks)
     try:
-        if checkpoint is not None:
-            leader.load_optimizer(checkpoint.optimizer_path)
         return await _lead(config, console, run, checkpoint, leader)
     finally:
         leader.stop()
-
-
-def follow_training(config: TrainConfig) -> None:
-    """A trainer rank > 0: its shard of the trainer, stepping as rank 0 tells it
-    (`rltap.train.leader`)."""
-    if config.loop.episodes.seed is not None:
-        torch.manual_seed(config.loop.episodes.seed)
-    follow(_trainer(config, _share(Ranks.current(), None)))
-
-
-def _share(ranks: Ranks, checkpoint: Path | None) -> Path | None:
-    """The checkpoint the run resumes from, rank 0's (found in its run folder), on every rank."""
-    if ranks.world == 1:
-        return checkpoint
-    box = [checkpoint]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
 
 
 async def _lead(
@@ -275,7 +279,7 @@ async def _lead(
     console: Console,
     run: RunDir,
     checkpoint: Checkpoint | None,
-    leader: RankLeader,
+    leader: RankLeader | PolicyLeader,
 ) -> TrainSummary:
     from transformers import AutoTokenizer
 
@@ -305,6 +309,10 @@ async def _lead(
                 if ahead:
                     pending = start(step + 1)
                 metrics = await loop.train_and_sync(step, rollout, sync)
+                if config.policies and step == first:
+                    warning = unseen_agents_warning(config.policies, rollout.agents)
+                    if warning:
+                        console.print(Text.assemble(("warning: ", "yellow"), warning))
                 if loop.evaluates(step):
                     metrics.update(await loop.evaluate(step, workflow, progress))
                 loop.record(step, metrics, tokenizer)
@@ -319,58 +327,37 @@ async def _lead(
     return summary
 
 
-def _trainer(config: TrainConfig, checkpoint: Path | None) -> PolicyTrainer:
-    """The run's trainer on --model, or on the weights (or adapter) of `checkpoint`; its
-    optimizer state is loaded afterwards, by every rank at once (`RankLeader.load_optimizer`)."""
-    from transformers import AutoModelForCausalLM
-
-    lora = config.lora
-    if checkpoint is not None and is_adapter_folder(checkpoint) != lora.enabled:
-        kind = "a LoRA adapter" if lora.enabled else "a whole model"
-        resume = "resume it with the --lora-rank it had"
-        msg = f"{checkpoint.parent} was not trained as {kind}: {resume}"
-        raise TrainingFailed(msg)
-    if lora.enabled:  # the base model, with a new adapter or the checkpoint's
-        base: Any = AutoModelForCausalLM.from_pretrained(config.model, dtype="float32")
-        try:
-            model = lora_model(base, lora, base=config.model, checkpoint=checkpoint)
-        except LoraMismatch as exc:
-            raise TrainingFailed(str(exc)) from exc
-    else:
-        source = str(checkpoint) if checkpoint else config.model
-        model = AutoModelForCausalLM.from_pretrained(source, dtype="float32")
-    reference: Any = None
-    if config.update.kl_coef > 0 and not lora.enabled:  # a frozen copy of the initial weights
-        reference = AutoModelForCausalLM.from_pretrained(config.model, dtype="float32")
-        reference.eval().requires_grad_(False)
-    return PolicyTrainer(
-        model, config.update, config.loop, reference=reference, precision=config.precision
-    )
-
-
 @contextlib.asynccontextmanager
 async def _serving(
     config: TrainConfig, loop: _Loop, resumed: bool, tokenizer: Any
-) -> AsyncIterator[tuple[Any, WeightSync]]:
+) -> AsyncIterator[tuple[Any, WeightSync | PolicySync]]:
     """Where the run's episodes go (this process's proxy and engine, or with `--ray` the rollout
     actors of `rltap.rollout.ray`, style tree either way) and the weight sync to it; the local
     proxy renders with the run's `tokenizer` (the checkpoints' too)."""
-    serving: contextlib.AbstractAsyncContextManager[tuple[Any, WeightSync]]
+    serving: contextlib.AbstractAsyncContextManager[tuple[Any, WeightSync | PolicySync]]
     if config.ray.ray is not None:
         serving = ray_training(config.rollout(), loop.run.sync_dir())
     else:
         serving = _local_serving(config, loop, tokenizer)
     async with serving as (episodes, sync):
         if resumed:  # the engine starts from --model: give it the checkpoint's weights
-            await sync.push(await asyncio.to_thread(loop.leader.weights), loop.version)
+            if isinstance(loop.leader, PolicyLeader):
+                assert isinstance(sync, PolicySync)
+                await loop.leader.push_all(sync)
+            else:
+                assert not isinstance(sync, PolicySync)
+                await sync.push(await asyncio.to_thread(loop.leader.weights), loop.version)
         yield episodes, sync
 
 
 @contextlib.asynccontextmanager
 async def _local_serving(
     config: TrainConfig, loop: _Loop, tokenizer: Any
-) -> AsyncIterator[tuple[Any, WeightSync]]:
-    model, sync_dir = loop.trainer.model, loop.run.sync_dir()
+) -> AsyncIterator[tuple[Any, WeightSync | PolicySync]]:
+    model, sync_dir = loop.leader.model, loop.run.sync_dir()
     async with local_training(config, model, sync_dir, tokenizer=tokenizer) as local:
         loop.exclusive = local.exclusive
-        yield local.workflow, local.sync
+        if config.policies:  # each policy's adapter by name, at its own version
+            yield local.workflow, PolicySync(local.serving.engine, sync_dir)
+        else:
+            yield local.workflow, local.sync

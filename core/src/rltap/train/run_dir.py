@@ -7,12 +7,14 @@ Layout:
   `entropy`, `clip_fraction` (tokens whose ratio was clipped), `tokens` (int, trained on),
   `stale_tokens` (int, left out as older than `--max-staleness` versions), `rollout_seconds`,
   `train_seconds`, `sync_seconds`, `loss`, `grad_norm`, `version` (int, the policy version after
-  the update). A non-finite value is written as Python's json writes it (`NaN`, `Infinity`).
+  the update); with policies, each policy's too, as `<policy>/<key>` (`rltap.train.policy_leader`).
+  A non-finite value is written as Python's json writes it (`NaN`, `Infinity`).
 - `tensorboard/`: the same numbers as TensorBoard scalars, tag = key, global step = N.
   With `--eval-data`, the steps that end with a held-out evaluation also log `eval_reward`,
   `eval_reward_std`, `eval_pass_at_1` and `eval_seconds`, and a line `{"step": 0, ...}` with
   only these is the evaluation before the first update.
-- `reward.png`: `reward_mean` per step with a `reward_std` band, and `eval_reward` when logged.
+- `reward.png`: `reward_mean` per step with a `reward_std` band, and `eval_reward` when logged;
+  with policies, each policy's `<policy>/reward_mean` (and `<policy>/eval_reward_mean`) too.
 - `rollouts/step-N/`: what step N's rollouts wrote; `eval/step-N/`: the held-out evaluation
   after update N (`rltap.rollout.evaluate`'s files); `sync/`: weights on their way to an engine.
 - `step-N/`: the checkpoint after update N, a Hugging Face model folder (`from_pretrained` loads
@@ -143,6 +145,14 @@ class Checkpoint:
         return self.path / OPTIMIZER
 
 
+def _policy_keys(rows: list[dict[str, Any]]) -> list[str]:
+    """The per-policy rewards logged (`<policy>/reward_mean`, `<policy>/eval_reward_mean`)."""
+    keys = {
+        key for row in rows for key in row if key.endswith(("/reward_mean", "/eval_reward_mean"))
+    }
+    return sorted(keys)
+
+
 def read_metrics(run: Path) -> list[dict[str, Any]]:
     """`run`'s metrics.jsonl, one dict per logged step; also while the run's process writes it."""
     path = Path(run) / METRICS
@@ -251,6 +261,10 @@ class RunDir:
             eval_steps = [row["step"] for row in evaluated]
             eval_mean = [float(row["eval_reward"]) for row in evaluated]
             axes.plot(eval_steps, eval_mean, marker="s", label="eval_reward (held out)")
+        for key in _policy_keys(self.metrics()):  # with policies, a line per policy and score
+            logged = [row for row in self.metrics() if key in row]
+            steps_of = [row["step"] for row in logged]
+            axes.plot(steps_of, [float(row[key]) for row in logged], linestyle="--", label=key)
         axes.set(xlabel="step", ylabel="reward", title=f"reward per step ({self.path.name})")
         axes.grid(visible=True, alpha=0.3)
         if rows or evaluated:

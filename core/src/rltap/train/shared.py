@@ -47,13 +47,17 @@ Hold = Callable[[], contextlib.AbstractAsyncContextManager[Any]]
 def shares_model(config: TrainConfig, model: torch.nn.Module) -> bool:
     """Whether the run's engine generates with the trainer's `model` itself: the embedded
     transformers engine, in this process (no --ray), on the model's device, without --async, and
-    the model whole (one trainer rank: a sharded model holds only this rank's part)."""
+    the model whole (one trainer rank: a sharded model holds only this rank's part), with one
+    policy (with `[policies]` the engine holds each policy's adapter by name, loaded at syncs,
+    where the trainer's model switches adapters per policy)."""
     engine = config.serve.engine
     if engine.engine != "transformers" or config.ray.ray is not None:
         return False
     if Ranks.current().sharded:
         return False
     if config.loop.async_rollouts:
+        return False
+    if config.policies:  # the engine routes each row to its policy's adapter: its own copy
         return False
     return next(model.parameters()).device == torch.device(engine.device)
 
