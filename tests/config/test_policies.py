@@ -199,6 +199,19 @@ def test_a_policy_takes_the_run_s_rate_and_kl_unless_it_has_its_own() -> None:
             "its own; drop --lora-rank",
             id="lora-rank",
         ),
+        pytest.param(
+            ["--policy", "a=X:8", "--nproc-per-node", "2"],
+            None,
+            "policies ([policies] or --policy) train in one process for now: drop --ray and "
+            "--nproc-per-node",
+            id="ranks",
+        ),
+        pytest.param(
+            ["--policy", "a=X:8", "--ray", "auto"],
+            None,
+            "policies ([policies] or --policy) train in one process for now",
+            id="ray",
+        ),
     ],
 )
 def test_each_refusal_names_its_flag_or_key_before_any_rollout(
