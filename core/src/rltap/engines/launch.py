@@ -20,7 +20,10 @@ named `vllm`):
   with `ipc` also `VLLM_ALLOW_INSECURE_SERIALIZATION=1`: the CUDA IPC handles reach vLLM
   pickled (`rltap.engines.vllm_transfer`), which it refuses otherwise.
 - LoRA (`rltap train --lora-rank N`): `--enable-lora --max-lora-rank N` and
-  `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`, for `/v1/load_lora_adapter`.
+  `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`, for `/v1/load_lora_adapter`. With several policies
+  (`max_loras`, one adapter each; N their largest rank) also `--max-loras` (a batch mixes at
+  most that many adapters, vLLM's default 1) and `--max-cpu-loras` twice that: vLLM keeps the
+  served and the previous version of each policy's adapter (`rltap.engines.vllm_lora`).
 - GPUs (`--launch-gpus`): `CUDA_VISIBLE_DEVICES` of the server's share, and
   `--tensor-parallel-size` its size.
 - `--launch-args` last, so a flag given there wins (argparse keeps the last one).
@@ -95,12 +98,15 @@ def vllm_command(
     host: str,
     port: int,
     lora_rank: int = 0,
+    max_loras: int = 1,
     weight_transfer: WeightTransfer = "folder",
     gpus: str | None = None,
     extra_args: Sequence[str] = (),
 ) -> Command:
     """`vllm serve MODEL` (or, `binary` a Python, its OpenAI server module) with every flag and
-    variable rltap's `VLLMEngine` relies on (the module docstring says why each)."""
+    variable rltap's `VLLMEngine` relies on (the module docstring says why each); LoRA
+    adapters up to rank `lora_rank` (0: none), `max_loras` of them served at once (one per
+    policy)."""
     if _is_python(binary):
         argv = [str(binary), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model)]
     else:
@@ -115,6 +121,8 @@ def vllm_command(
         env["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
     if lora_rank:
         argv += ["--enable-lora", "--max-lora-rank", str(lora_rank)]
+        if max_loras > 1:
+            argv += ["--max-loras", str(max_loras), "--max-cpu-loras", str(2 * max_loras)]
         env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
     if gpus is not None:
         argv += ["--tensor-parallel-size", str(len(gpus.split(",")))]
@@ -141,9 +149,12 @@ def sglang_command(
     return Command((*argv, *extra_args), env)
 
 
-def server_specs(config: ServeConfig, *, log_dir: Path, lora_rank: int = 0) -> list[ServerSpec]:
+def server_specs(
+    config: ServeConfig, *, log_dir: Path, lora_rank: int = 0, max_loras: int = 1
+) -> list[ServerSpec]:
     """The servers `config.launch` asks for, their ports chosen (or checked free) and their
-    executable found; `ConfigError` naming the flag when one is missing or taken."""
+    executable found (serving `max_loras` LoRA adapters up to `lora_rank`: `vllm_command`);
+    `ConfigError` naming the flag when one is missing or taken."""
     launch, engine = config.launch, config.engine
     assert engine.model  # ServeConfig checked it for --launch
     kind = engine.engine
@@ -156,6 +167,7 @@ def server_specs(config: ServeConfig, *, log_dir: Path, lora_rank: int = 0) -> l
             vllm_command,
             binary=vllm_binary(launch.vllm_bin),
             lora_rank=lora_rank,
+            max_loras=max_loras,
             weight_transfer=engine.weight_transfer,
         )
     else:

@@ -82,9 +82,11 @@ class ManagedServers:
         self._previous_sigterm: Callable[[int, FrameType | None], object] | int | None = None
 
     @classmethod
-    def of(cls, config: ServeConfig, *, log_dir: Path, lora_rank: int = 0) -> ManagedServers:
+    def of(
+        cls, config: ServeConfig, *, log_dir: Path, lora_rank: int = 0, max_loras: int = 1
+    ) -> ManagedServers:
         """The servers `config.launch` asks for (`rltap.engines.launch.server_specs`)."""
-        specs = server_specs(config, log_dir=log_dir, lora_rank=lora_rank)
+        specs = server_specs(config, log_dir=log_dir, lora_rank=lora_rank, max_loras=max_loras)
         return cls(
             specs, timeout=config.launch.launch_timeout, restart=config.launch.restart_engines
         )
@@ -278,15 +280,21 @@ def log_folder(config: ServeConfig, run_dir: str | os.PathLike[str] | None) -> P
 
 @contextlib.asynccontextmanager
 async def launched_engines(
-    config: ServeConfig, *, run_dir: str | os.PathLike[str] | None = None, lora_rank: int = 0
+    config: ServeConfig,
+    *,
+    run_dir: str | os.PathLike[str] | None = None,
+    lora_rank: int = 0,
+    max_loras: int = 1,
 ) -> AsyncIterator[ServeConfig]:
     """`config` itself, or with --launch, `config` on the servers it starts (their URLs as
-    --url) until the block ends. A server that dies meanwhile cancels the task in the block,
-    which then raises `EngineServerFailed` (unless --restart-engines restarts it)."""
+    --url; `max_loras` LoRA adapters up to `lora_rank` served) until the block ends. A server
+    that dies meanwhile cancels the task in the block, which then raises `EngineServerFailed`
+    (unless --restart-engines restarts it)."""
     if not config.launch.launch:
         yield config
         return
-    servers = ManagedServers.of(config, log_dir=log_folder(config, run_dir), lora_rank=lora_rank)
+    log_dir = log_folder(config, run_dir)
+    servers = ManagedServers.of(config, log_dir=log_dir, lora_rank=lora_rank, max_loras=max_loras)
     task = asyncio.current_task()
     assert task is not None
     loop = asyncio.get_running_loop()

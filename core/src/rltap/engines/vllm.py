@@ -36,29 +36,23 @@ resumes and their first tokens must carry the new version; the requests that fin
 paused (its weights may be half loaded) and the error says so. With `weight_transfer` nccl or
 ipc, `NamedTensors` go by vLLM's weight-transfer API instead (`rltap.engines.vllm_transfer`).
 
-`update_weights(WeightFolder(..., adapter=True))` serves a LoRA adapter (`rltap train
---lora-rank`) instead, through vLLM's runtime LoRA API, which a server started with
-`--enable-lora --max-lora-rank N` (N at least the adapter's rank) and
-`VLLM_ALLOW_RUNTIME_LORA_UPDATING=True` in its environment exposes: `POST /v1/load_lora_adapter`
-loads the folder under a name of its own per version (`rltap-lora-<engine id>-v<version>`),
-and requests sent from then on name that adapter as their `model`. The weights a request
-generates with are fixed when vLLM admits it, so a new name per version (not `load_inplace`,
-which swaps an adapter under the requests using it) lets the requests in flight finish on the
-old adapter, each token stamped with the version of the adapter its request named, with no
-pause and no development API; the base weights are never reloaded. The adapter two versions
-back is unloaded (`POST /v1/unload_lora_adapter`); the one before stays for requests sent just
-before the switch. Each version needs a folder of its own, as vLLM may read an adapter from
-disk again (`rltap.train.sync` writes `adapter-v<N>/`).
+`update_weights(WeightFolder(..., adapter=True))` serves a LoRA adapter instead, through vLLM's
+runtime LoRA API (`rltap.engines.vllm_lora`: the server's flags, the names, the unloading):
+each version loads under a name of its own, which the requests sent from then on give as their
+`model`; requests in flight finish on the adapter they named, their tokens stamped with its
+version, with no pause. `policy=P` (`rltap train` with `[policies]`) loads policy P's adapter
+and moves P's version only (`policy_version`): a request whose `policy` is P names P's latest
+adapter and carries its version, or, before P's first adapter, generates with the base model
+(a new LoRA adapter adds zero) at P's starting version. Without a policy (or `DEFAULT_POLICY`)
+the adapter is a single-policy run's, at `version`. Each version needs a folder of its own, as
+vLLM may read an adapter from disk again (`rltap.train.sync` writes `adapter-v<N>/`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import logging
-import secrets
 import time
-from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -67,9 +61,10 @@ import orjson
 from rltap.engines._http import EventReader, HTTPEngineBase
 from rltap.engines._http_client import EngineHTTPClient
 from rltap.engines._http_errors import error_for_status
-from rltap.engines.base import NamedTensors
+from rltap.engines.base import NamedTensors, WeightFolder, WeightSource
+from rltap.engines.vllm_lora import ServedAdapters, named_policy
 from rltap.engines.vllm_transfer import VLLMWeightTransfer, weight_transfer_for
-from rltap.record.errors import EngineError
+from rltap.record.errors import EngineError, InvalidRequest
 from rltap.record.types import (
     Constraint,
     LogprobConvention,
@@ -84,15 +79,6 @@ __all__ = ["VLLMEngine", "completion_body"]
 _ENGINE = "vLLM"
 _COMPLETIONS = "/v1/completions"
 _DEV_MODE = "VLLM_SERVER_DEV_MODE=1"
-_LORA_SERVER = (
-    "start the server with --enable-lora --max-lora-rank N (N at least the adapter's rank) "
-    "and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True in its environment"
-)
-# Adapters kept loaded: the one served and the one before it (requests sent just before a
-# switch may still name it).
-_ADAPTERS_KEPT = 2
-
-logger = logging.getLogger(__name__)
 
 
 def completion_body(request: ModelRequest, model: str | None, *, stream: bool) -> dict[str, Any]:
@@ -229,10 +215,7 @@ class VLLMEngine(HTTPEngineBase):
             max_connections=max_connections,
         )
         self.model = model
-        # The LoRA adapter requests name (with the version its tokens are), None: the model.
-        self.adapter: tuple[str, int] | None = None
-        self._adapters: deque[str] = deque()
-        self._adapter_prefix = f"rltap-lora-{secrets.token_hex(4)}"
+        self._lora = ServedAdapters()
         self._transfer = weight_transfer_for(weight_transfer, transfer)  # None: folder
         self.takes_named_tensors = self._transfer is not None
 
@@ -249,21 +232,33 @@ class VLLMEngine(HTTPEngineBase):
             msg = f"{_ENGINE} at {self.url} lists no model: {str(data)[:500]}"
             raise EngineError(msg) from exc
 
-    def request_body(self, request: ModelRequest, *, stream: bool) -> dict[str, Any]:
-        model = self.model if self.adapter is None else self.adapter[0]
-        return completion_body(request, model, stream=stream)
+    @property
+    def adapter(self) -> tuple[str, int] | None:
+        """The single-policy run's LoRA adapter requests name and its version; None: none."""
+        return self._lora.served(None)
 
-    def _versions(self, n: int, adapter: tuple[str, int] | None) -> list[int]:
-        """The versions of `n` tokens of a request sent with `adapter`: the adapter's own (its
-        weights are fixed for the request), else the engine's now (a reload pauses vLLM)."""
-        return [self._version if adapter is None else adapter[1]] * n
+    def _served(self, request: ModelRequest) -> tuple[str | None, int] | None:
+        """The model `request` names and its tokens' version, fixed when it is sent; None: the
+        model, at the engine's version as each token arrives (a reload pauses vLLM)."""
+        policy = named_policy(request.policy)
+        adapter = self._lora.served(policy)
+        if adapter is None and policy is not None:  # no adapter yet: the base model's tokens
+            return self.model, self.policy_version(policy)
+        return adapter
+
+    def request_body(self, request: ModelRequest, *, stream: bool) -> dict[str, Any]:
+        served = self._served(request)
+        return completion_body(request, self.model if served is None else served[0], stream=stream)
+
+    def _versions(self, n: int, served: tuple[str | None, int] | None) -> list[int]:
+        return [self._version if served is None else served[1]] * n
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
         """Generate `request` in one non-streamed call."""
         await self.start()
         started = time.perf_counter()
         body = self.request_body(request, stream=False)
-        adapter = self.adapter
+        served = self._served(request)
         data: Any = None
         entry = self._inflight.add(request.request_id, cancel_task=True)
         try:
@@ -283,7 +278,7 @@ class VLLMEngine(HTTPEngineBase):
             input_tokens=list(request.input_ids),
             output_tokens=token_ids,
             output_logprobs=logprobs,
-            output_versions=self._versions(len(token_ids), adapter),
+            output_versions=self._versions(len(token_ids), served),
             stop_reason=_stop_reason(str(choice.get("finish_reason") or "stop")),
             logprob_convention=self.logprob_convention,
             constrained=request.constraint is not None,
@@ -291,10 +286,10 @@ class VLLMEngine(HTTPEngineBase):
         )
 
     def event_reader(self, request: ModelRequest) -> EventReader:
-        return functools.partial(self._chunk, request, self.adapter)
+        return functools.partial(self._chunk, request, self._served(request))
 
     def _chunk(
-        self, request: ModelRequest, adapter: tuple[str, int] | None, payload: bytes
+        self, request: ModelRequest, served: tuple[str | None, int] | None, payload: bytes
     ) -> TokenChunk | None:
         try:
             data = orjson.loads(payload)
@@ -312,7 +307,7 @@ class VLLMEngine(HTTPEngineBase):
         return TokenChunk(
             token_ids=token_ids,
             logprobs=logprobs,
-            versions=self._versions(len(token_ids), adapter),
+            versions=self._versions(len(token_ids), served),
             stop_reason=None if finish_reason is None else _stop_reason(str(finish_reason)),
         )
 
@@ -351,33 +346,34 @@ class VLLMEngine(HTTPEngineBase):
         if self._transfer is not None:
             await self._transfer.update(client, source, version, self)
 
-    async def load_adapter(self, client: EngineHTTPClient, folder: Path, version: int) -> None:
-        """Load the adapter in `folder` under this version's name; requests sent from now on
-        name it (module docstring)."""
+    async def update_weights(
+        self, source: WeightSource, *, version: int | None = None, policy: str | None = None
+    ) -> int:
+        """Have the server load `source` (`HTTPEngineBase.update_weights`), or with `policy` the
+        LoRA adapter folder `source` as that policy's; returns the new version."""
+        named = named_policy(policy)
+        if named is None:
+            return await super().update_weights(source, version=version)
+        taken = self._taken(source)
+        if not (isinstance(taken, WeightFolder) and taken.adapter):
+            msg = f"policy {named!r} takes a LoRA adapter: WeightFolder(path, adapter=True)"
+            raise InvalidRequest(msg)
+        new_version = self.next_version(version, policy=named)
         await self.start()
-        name = f"{self._adapter_prefix}-v{version}"
-        await _lora_call(client, "/v1/load_lora_adapter", name, {"lora_path": str(folder)})
-        self.adapter = (name, version)
+        client = self._client.detached()
+        try:
+            await self._lora.load(client, await taken.written(), new_version, named)
+        finally:
+            await client.close()
+        self.set_policy_version(named, new_version)
+        return new_version
+
+    async def load_adapter(self, client: EngineHTTPClient, folder: Path, version: int) -> None:
+        """Load a single-policy run's adapter in `folder` under this version's name; requests
+        without a policy name it from now on (module docstring)."""
+        await self.start()
+        await self._lora.load(client, folder, version, None)
         self._version = version
-        self._adapters.append(name)
-        while len(self._adapters) > _ADAPTERS_KEPT:
-            old = self._adapters.popleft()
-            try:
-                await _lora_call(client, "/v1/unload_lora_adapter", old, {})
-            except EngineError as exc:  # the new adapter serves: a leftover one costs memory
-                logger.warning("vLLM did not unload the LoRA adapter %s: %s", old, exc.message)
-
-
-async def _lora_call(client: EngineHTTPClient, path: str, name: str, body: dict[str, Any]) -> None:
-    """One call of vLLM's runtime LoRA API; its errors say how the server must be started."""
-    reply = await client.request("POST", path, {"lora_name": name, **body})
-    if reply.status == 404 and path.startswith("/v1/load"):
-        msg = f"vLLM at {client.base_url} has no {path} route: {_LORA_SERVER}"
-        raise EngineError(msg)
-    if reply.status >= 400:
-        error = error_for_status(client.engine, reply.status, reply.payload)
-        msg = f"{error.message} (LoRA adapter {name}; {_LORA_SERVER})"
-        raise EngineError(msg, is_retryable=error.is_retryable) from error
 
 
 async def _dev_call(

@@ -40,13 +40,16 @@ async def local_proxy(
     tokenizer: Any = None,
     run_dir: str | Path | None = None,
     lora_rank: int = 0,
+    max_loras: int = 1,
 ) -> AsyncIterator[Serving]:
     """The engine of `config` (or `engine`, built by the caller) behind a proxy on this event
     loop (a fresh admin key), rendering with `tokenizer` when the caller has it loaded. With
-    --launch the engine's servers start first (their logs in `run_dir`/engines, LoRA adapters
-    up to `lora_rank` served) and stop at the end (`rltap.engines.managed.launched_engines`)."""
+    --launch the engine's servers start first (their logs in `run_dir`/engines, `max_loras`
+    LoRA adapters, one per policy, up to `lora_rank` served) and stop at the end
+    (`rltap.engines.managed.launched_engines`)."""
     admin_key = secrets.token_urlsafe(24)
-    async with launched_engines(config, run_dir=run_dir, lora_rank=lora_rank) as config:
+    launched = launched_engines(config, run_dir=run_dir, lora_rank=lora_rank, max_loras=max_loras)
+    async with launched as config:
         setup = ServeSetup.load(config, engine=engine, tokenizer=tokenizer)
         pad = setup.renderer.tokenizer.pad_token_id or 0
         async with ProxyServer(setup.app(admin_key)) as server:
@@ -76,12 +79,18 @@ async def local_workflow(
     engine: InferenceEngine | None = None,
     tokenizer: Any = None,
     lora_rank: int = 0,
+    max_loras: int = 1,
 ) -> AsyncIterator[tuple[Serving, OpenAIProxyWorkflow]]:
     """`local_proxy` (on `engine` and with `tokenizer`, when given; launched servers logging
-    into the run's --out, serving LoRA adapters up to `lora_rank`) and the config's agent
-    against it; the workflow is closed first at the end."""
+    into the run's --out, serving `max_loras` LoRA adapters up to `lora_rank`) and the config's
+    agent against it; the workflow is closed first at the end."""
     async with local_proxy(
-        config.serve, engine=engine, tokenizer=tokenizer, run_dir=config.out, lora_rank=lora_rank
+        config.serve,
+        engine=engine,
+        tokenizer=tokenizer,
+        run_dir=config.out,
+        lora_rank=lora_rank,
+        max_loras=max_loras,
     ) as serving:
         workflow = agent_workflow(config, serving.url, serving.admin_key)
         async with contextlib.aclosing(workflow):

@@ -9,8 +9,8 @@ with its policy's own version: the policy's version plus one. An engine in this 
 server engine gets peft's adapter folder `folder/<policy>/adapter-v<N>/` (the adapter alone,
 its files at the top of the folder, the folders of versions `ADAPTER_FOLDERS_KEPT` or more
 before removed), handed to `update_weights(folder, version=N, policy=name)`: an engine must
-take a `policy` keyword to load it under the policy's name (vLLM's does not yet, and is
-refused by name).
+take a `policy` keyword to load it under the policy's name (vLLM's does: each policy's adapter
+is served under a name of its own, `rltap.engines.vllm_lora`; one that does not is refused).
 
 A checkpoint `RUN/step-N/` holds one peft adapter folder per policy, `step-N/<policy>/`
 (`adapter_config.json`, naming the base model by its absolute path, and
