@@ -46,7 +46,8 @@ __all__ = [
     "rltap_error_from",
 ]
 
-# reward_fn(result, data) -> reward: a number for the last reply, {interaction_id: reward}, None.
+# reward_fn(result, data) -> reward: a number for the last reply, {interaction_id: reward},
+# {agent: reward} (`rltap.tree.reward_targets`), None.
 RewardFn = Callable[[Any, Any], Any]
 # input_fn(data) -> what the framework's agent is given for a dataset row.
 InputFn = Callable[[Any], Any]
@@ -177,7 +178,7 @@ class AgentAdapter(abc.ABC):
 
     Subclasses set `requirement` (e.g. "langchain-openai>=1.0,<2") and implement `_run`.
     `reward_fn(result, data)` turns the agent's result into the episode's reward (a number for
-    the last reply, a dict {interaction_id: reward}, or None).
+    the last reply, a dict {interaction_id: reward} or {agent: reward}, or None).
     """
 
     requirement: ClassVar[str]

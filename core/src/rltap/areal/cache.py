@@ -29,7 +29,7 @@ What differs from `rltap.InteractionCache` is only what AReaL's callers rely on:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +43,7 @@ from rltap.record.types import InteractionWithTokenLogpReward as RecordedInterac
 from rltap.record.types import ModelResponse as RltapResponse
 from rltap.tree.cache import InteractionCache as TreeCache
 from rltap.tree.export import branch_sequence, concat_leaves
+from rltap.tree.reward_targets import RewardTargets
 
 __all__ = ["InteractionCache"]
 
@@ -176,6 +177,10 @@ class InteractionCache(TreeCache):
     def set_last_reward(self, reward: float) -> str:
         self._complete_pending()
         return super().set_last_reward(reward)
+
+    def set_rewards(self, rewards: Mapping[str, object]) -> RewardTargets:
+        self._complete_pending()
+        return super().set_rewards(rewards)
 
     def apply_reward_discount(  # type: ignore[override]
         self, turn_discount: float = 1.0

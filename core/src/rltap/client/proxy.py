@@ -163,6 +163,11 @@ class OpenAIProxyClient:
         result = await self._post("/rl/set_reward", {"reward": reward}, admin=False)
         return str(result["interaction_id"])
 
+    async def set_rewards(self, rewards: Mapping[str, float]) -> dict[str, Any]:
+        """Rewards keyed all by interaction id or all by agent (`POST /rl/set_rewards`); the
+        answer says which (`keyed_by`), what each interaction got and the agents left out."""
+        return await self._post("/rl/set_rewards", {"rewards": dict(rewards)}, admin=False)
+
     async def end_session(self) -> None:
         await self._post("/rl/end_session", None, admin=False)
         self._ended = True

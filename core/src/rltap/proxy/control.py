@@ -8,8 +8,8 @@ number, not a string).
 proxy's `LimitsConfig.export_format` (`rltap serve --export-format`), each with its tensor envelope
 from `rltap.record.tensor_codec`:
 - `"rltap"`: `{"session_id", "task_id", "state", "style", "discount", "discount_mode",
-  "link_factors", "interactions": [...], "not_exported": [...]}`, each interaction with its
-  links, messages, lengths and `"tensors"`; the settings used are echoed.
+  "link_factors", "reward_scope", "interactions": [...], "not_exported": [...]}`, each
+  interaction with its links, messages, lengths and `"tensors"`; the settings used are echoed.
 - `"areal"`: AReaL 1.0.4's body, `{"interactions": {id: {"tensor_dict", "reward",
   "interaction_id"}}}` in insertion order, which AReaL's `OpenAIProxyClient.export_interactions`
   reads. It also carries `"not_exported"`, an extra key AReaL's reader ignores.
@@ -21,6 +21,12 @@ and adds `"tree"`: the session's one token trie (`rltap.record.pack`), as `rltap
 `not_exported` lists the in-flight, failed and aborted interactions with their status and error.
 `discount_mode` defaults to `"chain"` (AReaL's insertion-order numbers) in the areal format and to
 `"tree"` in rltap's (`rltap.tree.rewards`).
+
+`POST /rl/set_rewards` takes `{"rewards": {key: reward}}`, keyed all by interaction id or all by
+agent (`rltap.tree.reward_targets`), and answers `{"keyed_by", "rewards": {interaction_id:
+reward}, "missing_agents"}`. Rewards keyed by agent are meant for an export with `reward_scope`
+`"agent"` (each agent's calls discounted from its own reward only); the default `"episode"`
+discounts every reward over the whole tree.
 
 `POST /rl/end_session` answers `{"session_id", "state", "interaction_count", "message":
 "success"}`; `interaction_count` counts every call the session recorded, in flight included (as
@@ -56,13 +62,20 @@ from rltap.record.tensor_codec import TensorEnvelope, encode_tensors
 from rltap.record.types import InteractionStatus, InteractionWithTokenLogpReward
 from rltap.session.session import Session
 from rltap.tree.export import ExportStyle, export_tree
-from rltap.tree.rewards import Aggregate, DiscountMode, check_link_factors, check_reward
+from rltap.tree.rewards import (
+    Aggregate,
+    DiscountMode,
+    RewardScope,
+    check_link_factors,
+    check_reward,
+)
 
 __all__ = [
     "ROUTERS",
     "ExportRequest",
     "SamplingRequest",
     "SetRewardRequest",
+    "SetRewardsRequest",
     "SetVersionRequest",
     "StartSessionRequest",
     "export_body",
@@ -104,6 +117,13 @@ class SetRewardRequest(BaseModel):
     interaction_id: str | None = None
 
 
+class SetRewardsRequest(BaseModel):
+    """`POST /rl/set_rewards`: rewards keyed all by interaction id or all by agent."""
+
+    model_config = _BODY
+    rewards: dict[str, float]
+
+
 class SetVersionRequest(BaseModel):
     """`POST /rl/set_version`: the policy version the engine's next tokens carry."""
 
@@ -129,6 +149,8 @@ class ExportRequest(BaseModel):
     link_factors: dict[str, float] | None = None
     # Only these agents' interactions (concat: sequences); rewards discounted over all first.
     agents: list[str] | None = Field(default=None, min_length=1)
+    # "episode": every reward discounted over the tree; "agent": each agent's calls from its own.
+    reward_scope: RewardScope = "episode"
     # Seconds to wait for the session to end; at most the proxy's --max-export-wait.
     wait_timeout: float | None = Field(default=None, ge=0.0, allow_inf_nan=False)
 
@@ -165,6 +187,14 @@ async def set_reward(request: Request, body: SetRewardRequest) -> Response:
         cache.set_reward(interaction_id, reward)
     await cache.durable()
     return json_response({"interaction_id": interaction_id, "reward": reward})
+
+
+@session_routes.post("/rl/set_rewards")
+async def set_rewards(request: Request, body: SetRewardsRequest) -> Response:
+    cache = caller_session(request).session.cache
+    targets = cache.set_rewards(body.rewards)
+    await cache.durable()
+    return json_response(targets.to_json())
 
 
 @session_routes.post("/rl/end_session")
@@ -310,6 +340,7 @@ def export_body(
         mode=mode,
         link_factors=factors,
         agents=request.agents,
+        reward_scope=request.reward_scope,
     )
     not_exported = [
         {"interaction_id": node.interaction_id, "status": node.status.value, "error": node.error}
@@ -326,6 +357,7 @@ def export_body(
         "discount": request.discount,
         "discount_mode": mode,
         "link_factors": factors,
+        "reward_scope": request.reward_scope,
         "interactions": [(_metadata if tree else _encode)(node) for node in exported.values()],
         "not_exported": not_exported,
     }

@@ -38,7 +38,7 @@ from rltap.record.types import InteractionWithTokenLogpReward
 from rltap.rollout.loading import WorkflowError, load_object
 from rltap.rollout.subproc import AgentPool, EpisodeFailed
 from rltap.tree.export import ExportStyle, concat_padded_tensors
-from rltap.tree.rewards import Aggregate, DiscountMode, LinkFactors, check_link_factors
+from rltap.tree.rewards import Aggregate, DiscountMode, LinkFactors, RewardScope, check_link_factors
 
 __all__ = [
     "Episode",
@@ -137,12 +137,13 @@ class OpenAIProxyWorkflow(RolloutWorkflow):
         interactions = await workflow.arun_episode(None, {"question": "2+2?"})
 
     What run() returns becomes the reward: a number rewards the last completed reply, a dict
-    {interaction_id: reward} rewards those replies, None assigns nothing (discounting then gives
-    zeros). An agent that raises, dies or times out rejects its episode (None); `failures`
-    counts them. `settings` says how episodes run and are exported (`WorkflowSettings`;
-    default: its defaults). `agent_pool` is a subprocess pool to share (its owner shuts it
-    down; default: one of the workflow's own in mode "subproc"); `http_client` the client to
-    reach the proxy with (the caller's to close).
+    {interaction_id: reward} those replies, a dict {agent: reward} each agent's own calls, from
+    its last reply back (`rltap.tree.reward_targets`; an agent left out gets 0, with a
+    warning), None nothing (discounting gives zeros). An agent that raises, dies or times out
+    rejects its episode (None); `failures` counts them. `settings` says how episodes run and
+    are exported (`WorkflowSettings`; default: its defaults). `agent_pool` is a subprocess pool
+    to share (its owner shuts it down; default: one of the workflow's own in mode "subproc");
+    `http_client` the client to reach the proxy with (the caller's to close).
     """
 
     def __init__(
@@ -207,6 +208,7 @@ class OpenAIProxyWorkflow(RolloutWorkflow):
         )
         error: str | None = None
         reward_error: Exception | None = None
+        scope: RewardScope = "episode"
         async with session:
             try:
                 result = await self._run_agent(session, data)
@@ -216,7 +218,7 @@ class OpenAIProxyWorkflow(RolloutWorkflow):
                 logger.warning("episode rejected: the agent failed: %s", error)
             else:
                 try:
-                    await self._assign_rewards(session, result)
+                    scope = await self._assign_rewards(session, result)
                 except (WorkflowError, RltapError) as exc:
                     reward_error = exc  # raised below, once the session is freed
         # Exporting frees the session on the proxy, also for a rejected episode.
@@ -228,6 +230,7 @@ class OpenAIProxyWorkflow(RolloutWorkflow):
             link_factors=settings.link_factors,
             agents=None if settings.agents is None else list(settings.agents),
             discount_mode=settings.discount_mode,
+            reward_scope=scope,
         )
         if reward_error is not None:
             raise reward_error
@@ -262,7 +265,8 @@ class OpenAIProxyWorkflow(RolloutWorkflow):
             msg = f"the episode ran past its timeout of {timeout:g} s"
             raise TimeoutError(msg) from None
 
-    async def _assign_rewards(self, session: OpenAIProxyClient, result: Any) -> None:
+    async def _assign_rewards(self, session: OpenAIProxyClient, result: Any) -> RewardScope:
+        """Set the rewards `result` gives; "agent" when they are keyed by agent."""
         if result is None:
             logger.warning("agent returned None: no reward assigned (discounting gives zeros)")
         elif isinstance(result, numbers.Real) and not isinstance(result, bool):
@@ -271,14 +275,17 @@ class OpenAIProxyWorkflow(RolloutWorkflow):
                 raise WorkflowError(msg)
             await session.set_last_reward(float(result))
         elif isinstance(result, Mapping):
-            for interaction_id, reward in result.items():
-                await session.set_reward(str(interaction_id), reward)
+            # One request: the proxy knows the episode's ids and agents, and sets all or none.
+            placed = await session.set_rewards({str(key): value for key, value in result.items()})
+            if placed["keyed_by"] == "agent":
+                for agent in placed["missing_agents"]:
+                    logger.warning("agent.run gave agent %r no reward: its calls get 0", agent)
+                return "agent"
         else:
-            msg = (
-                f"agent.run returned {type(result).__name__}; return a number (reward of the "
-                "last reply), a dict {interaction_id: reward}, or None"
-            )
-            raise WorkflowError(msg)
+            kind = type(result).__name__
+            msg = f"agent.run returned {kind}; return a number (reward of the last reply), a dict"
+            raise WorkflowError(msg + " {interaction_id: reward} or {agent: reward}, or None")
+        return "episode"
 
     async def aclose(self) -> None:
         if self._pool is not None and self._owns_pool:

@@ -4,7 +4,8 @@
     carry      the evidence that a call carries an earlier reply in another form
     links      the rules that choose a call's parent and link kind
     cache      InteractionCache: one session's calls, linked into a tree as they arrive
-    rewards    discounting backwards along the tree (or along insertion order)
+    rewards    discounting backwards along the tree (or along insertion order), per episode or agent
+    reward_targets  where a dict of rewards goes: by interaction id, or by agent
     export     training data out of a tree: `individual`, `concat`, the padded batch
 
 Pure Python over `rltap.record`: no engine, no HTTP, no torch.

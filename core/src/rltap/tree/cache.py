@@ -10,8 +10,7 @@ independent of the session's size. When the call repeats the last completed call
 verbatim, only the messages after them are hashed. Calls still in flight are not indexed and so
 cannot be parents.
 
-Every mutation holds one lock, so concurrent calls of one session (threads or tasks) keep the tree
-consistent.
+Every mutation holds one lock, so concurrent calls of one session keep the tree consistent.
 """
 
 from __future__ import annotations
@@ -35,7 +34,15 @@ from rltap.tree.canonical import (
 )
 from rltap.tree.export import ExportStyle, export_interactions, export_tree
 from rltap.tree.links import LinkIndex, choose_link
-from rltap.tree.rewards import Aggregate, DiscountMode, LinkFactors, check_reward, discount_rewards
+from rltap.tree.reward_targets import RewardTargets, reward_targets
+from rltap.tree.rewards import (
+    Aggregate,
+    DiscountMode,
+    LinkFactors,
+    RewardScope,
+    check_reward,
+    discount_rewards,
+)
 
 if TYPE_CHECKING:
     from rltap.record.pack import TreePack
@@ -77,6 +84,7 @@ class InteractionCache(Mapping[str, InteractionWithTokenLogpReward]):
         self._prefix_index: dict[bytes, str] = {}
         self._links = LinkIndex()
         self._last_completed: str | None = None
+        self._last_of_agent: dict[str, str] = {}  # an agent's reward goes on its last call
         self._discount: tuple[float, Aggregate, DiscountMode, LinkFactors | None] | None = None
         self._lock = threading.RLock()
 
@@ -213,6 +221,8 @@ class InteractionCache(Mapping[str, InteractionWithTokenLogpReward]):
             self._prefix_index[full_hash] = interaction_id
         self._links.completed(interaction, canonicals)
         self._last_completed = interaction_id
+        if interaction.agent_id is not None:
+            self._last_of_agent[interaction.agent_id] = interaction_id
 
     def complete(
         self,
@@ -268,9 +278,7 @@ class InteractionCache(Mapping[str, InteractionWithTokenLogpReward]):
     def set_reward(self, interaction_id: str, reward: float) -> None:
         value = check_reward(reward)
         with self._lock:
-            self[interaction_id].reward = value
-            if self.journal is not None:
-                self.journal.rewarded(interaction_id, value)
+            self._reward(self[interaction_id].interaction_id, value)
 
     def set_last_reward(self, reward: float) -> str:
         """Reward the last completed interaction; returns its id."""
@@ -279,10 +287,22 @@ class InteractionCache(Mapping[str, InteractionWithTokenLogpReward]):
             if self._last_completed is None:
                 msg = "no completed interaction in this session to reward"
                 raise InteractionNotFound(msg)
-            self._items[self._last_completed].reward = value
-            if self.journal is not None:
-                self.journal.rewarded(self._last_completed, value)
+            self._reward(self._last_completed, value)
             return self._last_completed
+
+    def set_rewards(self, rewards: Mapping[str, object]) -> RewardTargets:
+        """Rewards by interaction id or by agent (`rltap.tree.reward_targets`); all or none."""
+        values = {str(key): check_reward(value) for key, value in rewards.items()}
+        with self._lock:
+            targets = reward_targets(values, self._items, self._last_of_agent)
+            for interaction_id, value in targets.rewards.items():
+                self._reward(interaction_id, value)
+            return targets
+
+    def _reward(self, interaction_id: str, value: float) -> None:
+        self._items[interaction_id].reward = value
+        if self.journal is not None:
+            self.journal.rewarded(interaction_id, value)
 
     @property
     def total_reward(self) -> float:
@@ -320,16 +340,17 @@ class InteractionCache(Mapping[str, InteractionWithTokenLogpReward]):
         mode: DiscountMode | None = None,
         link_factors: LinkFactors | None = None,
         agents: Collection[str] | None = None,
+        reward_scope: RewardScope = "episode",
     ) -> dict[str, InteractionWithTokenLogpReward]:
         """Export copies of the complete interactions with discounted rewards (`rltap.tree.export`).
 
         Settings left None are those of the last `apply_reward_discount` (discount 1.0, mean,
-        tree and every link factor 1.0 if none). Rewards are discounted over the whole tree;
-        `agents` then keeps only the interactions (for `concat`, the sequences) of those agents.
+        tree and every link factor 1.0 if none). Rewards are discounted over the whole tree by
+        `reward_scope`; `agents` then keeps only the interactions (concat: sequences) of those.
         """
         with self._lock:
             complete, rewards = self._complete_with_rewards(
-                reward_discount, aggregate, mode, link_factors
+                reward_discount, aggregate, mode, link_factors, reward_scope
             )
             return export_interactions(complete, rewards, style, agents)
 
@@ -340,12 +361,13 @@ class InteractionCache(Mapping[str, InteractionWithTokenLogpReward]):
         mode: DiscountMode | None = None,
         link_factors: LinkFactors | None = None,
         agents: Collection[str] | None = None,
+        reward_scope: RewardScope = "episode",
     ) -> TreePack:
         """The export style `tree`: the complete interactions (of `agents`) in one token trie
         with their discounted rewards (`rltap.record.pack`); settings as `export_interactions`."""
         with self._lock:
             complete, rewards = self._complete_with_rewards(
-                reward_discount, aggregate, mode, link_factors
+                reward_discount, aggregate, mode, link_factors, reward_scope
             )
             return export_tree(complete, rewards, agents)
 
@@ -355,6 +377,7 @@ class InteractionCache(Mapping[str, InteractionWithTokenLogpReward]):
         aggregate: Aggregate | None,
         mode: DiscountMode | None,
         link_factors: LinkFactors | None,
+        scope: RewardScope,
     ) -> tuple[list[InteractionWithTokenLogpReward], dict[str, float]]:
         """The complete interactions and their rewards (a setting left None: the remembered)."""
         discount, agg, discount_mode, factors = self._discount or (1.0, "mean", "tree", None)
@@ -365,6 +388,7 @@ class InteractionCache(Mapping[str, InteractionWithTokenLogpReward]):
             agg if aggregate is None else aggregate,
             discount_mode if mode is None else mode,
             factors if link_factors is None else link_factors,
+            scope,
         )
         return complete, rewards
 

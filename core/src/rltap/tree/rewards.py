@@ -22,6 +22,14 @@ Chain mode reproduces what insertion-order systems do: the i-th interaction gets
 
 Both return a fresh mapping and never mutate the interactions, so they can be applied any number
 of times with the same result.
+
+Scope "episode" (the default) discounts every reward over the whole tree: in a multi-agent
+episode every agent's calls share the episode's reward (cooperative). Scope "agent" runs one pass
+per agent (`agent_id`; the calls that name none are one more): each pass takes only that agent's
+calls' own rewards, discounts them back as above, through any call whatever its agent, and that
+agent's calls keep the values of their pass. Another agent's reward never reaches them: a chain
+S1 -> T1 -> S2 of a student's, a tutor's and the student's calls, T1 rewarded 1.0, S2 0.2,
+discount 0.9, gives S1 = 0.162 (0.9 x 0.9 x 0.2; scope "episode": 1.062), T1 = 1.0, S2 = 0.2.
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ __all__ = [
     "Aggregate",
     "DiscountMode",
     "LinkFactors",
+    "RewardScope",
     "check_link_factors",
     "check_reward",
     "discount_along_tree",
@@ -48,6 +57,7 @@ __all__ = [
 
 Aggregate = Literal["mean", "max", "sum"]
 DiscountMode = Literal["tree", "chain"]
+RewardScope = Literal["episode", "agent"]
 LinkFactors = Mapping[str, float]
 # Every link kind a child can have; a root has no parent to pass reward to.
 LINK_FACTOR_KEYS = tuple(link.value for link in Link if link is not Link.ROOT)
@@ -79,6 +89,11 @@ def check_reward(reward: object) -> float:
 
 def _own(node: InteractionWithTokenLogpReward) -> float:
     return 0.0 if node.reward is None else float(node.reward)
+
+
+def _placed(node: InteractionWithTokenLogpReward, own: Mapping[str, float] | None) -> float:
+    """The reward a pass starts from at `node`: its own, or what `own` places there (else 0)."""
+    return _own(node) if own is None else own.get(node.interaction_id, 0.0)
 
 
 def check_link_factors(link_factors: LinkFactors | None) -> dict[str, float]:
@@ -114,10 +129,13 @@ def discount_along_tree(
     turn_discount: float,
     aggregate: Aggregate = "mean",
     link_factors: LinkFactors | None = None,
+    *,
+    own: Mapping[str, float] | None = None,
 ) -> dict[str, float]:
     """Discounted reward of every node (see the module docstring).
 
     `nodes` are the interactions to discount; a node whose parent is not among them is a root.
+    `own`: the rewards to start from by interaction id (the others 0) instead of the nodes'.
     """
     _check_discount(turn_discount)
     factors = check_link_factors(link_factors)
@@ -139,7 +157,7 @@ def discount_along_tree(
         return tails[node_id]
 
     for node_id in shape.evaluation_order():
-        value = _own(by_id[node_id])
+        value = _placed(by_id[node_id], own)
         anchor = shape.anchor[node_id]
         if shape.continuations[node_id]:
             value += turn_discount * tail(node_id)
@@ -207,14 +225,19 @@ class _TreeShape:
 
 
 def discount_chain(
-    nodes: Sequence[InteractionWithTokenLogpReward], turn_discount: float
+    nodes: Sequence[InteractionWithTokenLogpReward],
+    turn_discount: float,
+    *,
+    own: Mapping[str, float] | None = None,
 ) -> dict[str, float]:
-    """Insertion-order discounting: each node's own reward plus the discounted next one."""
+    """Insertion-order discounting: each node's own reward plus the discounted next one;
+    `own` as `discount_along_tree`'s."""
     _check_discount(turn_discount)
     discounted: dict[str, float] = {}
     following = 0.0
     for index, node in enumerate(reversed(nodes)):
-        value = _own(node) if index == 0 else _own(node) + turn_discount * following
+        start = _placed(node, own)
+        value = start if index == 0 else start + turn_discount * following
         discounted[node.interaction_id] = value
         following = value
     return {node.interaction_id: discounted[node.interaction_id] for node in nodes}
@@ -226,13 +249,39 @@ def discount_rewards(
     aggregate: Aggregate = "mean",
     mode: DiscountMode = "tree",
     link_factors: LinkFactors | None = None,
+    scope: RewardScope = "episode",
 ) -> dict[str, float]:
     """Discounted rewards by `mode`: "tree" (default) or "chain" (insertion order, which has
-    no links: `link_factors` are checked, not used)."""
+    no links: `link_factors` are checked, not used); by `scope`: "episode" (default) or
+    "agent" (a pass per agent, see the module docstring)."""
+    if mode not in ("tree", "chain"):
+        msg = f"mode must be 'tree' or 'chain', got {mode!r}"
+        raise InvalidRequest(msg, param="mode")
+    if scope == "episode":
+        return _discount(nodes, turn_discount, aggregate, mode, link_factors, None)
+    if scope != "agent":
+        msg = f"reward_scope must be 'episode' or 'agent', got {scope!r}"
+        raise InvalidRequest(msg, param="reward_scope")
+    calls_of: dict[str | None, list[InteractionWithTokenLogpReward]] = {}
+    for node in nodes:
+        calls_of.setdefault(node.agent_id, []).append(node)
+    discounted: dict[str, float] = {}
+    for calls in calls_of.values():
+        own = {node.interaction_id: _own(node) for node in calls}
+        passed = _discount(nodes, turn_discount, aggregate, mode, link_factors, own)
+        discounted.update((node.interaction_id, passed[node.interaction_id]) for node in calls)
+    return {node.interaction_id: discounted[node.interaction_id] for node in nodes}
+
+
+def _discount(
+    nodes: Sequence[InteractionWithTokenLogpReward],
+    turn_discount: float,
+    aggregate: Aggregate,
+    mode: DiscountMode,
+    link_factors: LinkFactors | None,
+    own: Mapping[str, float] | None,
+) -> dict[str, float]:
     if mode == "tree":
-        return discount_along_tree(nodes, turn_discount, aggregate, link_factors)
-    if mode == "chain":
-        check_link_factors(link_factors)
-        return discount_chain(nodes, turn_discount)
-    msg = f"mode must be 'tree' or 'chain', got {mode!r}"
-    raise InvalidRequest(msg, param="mode")
+        return discount_along_tree(nodes, turn_discount, aggregate, link_factors, own=own)
+    check_link_factors(link_factors)
+    return discount_chain(nodes, turn_discount, own=own)
