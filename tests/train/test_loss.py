@@ -126,6 +126,24 @@ def test_group_advantages_are_normalised_per_pack() -> None:
     assert (pack.advantages[pack.interaction_index < 0] == 0).all()
 
 
+def test_a_narrowed_loss_mask_normalises_over_its_own_segments_alone() -> None:
+    """A policy's trainer narrows the mask to its calls: their rewards are judged among
+    themselves, whatever the scale of the other calls' rewards (per-agent rewards)."""
+    calls = [call([1, 2], [10 + i, 11]) for i in range(4)]
+    rewards = dict(zip((c.interaction_id for c in calls), (0.1, 0.3, 5.0, 9.0), strict=True))
+    pack = pack_interactions(calls, rewards)
+    mine = np.isin(
+        pack.interaction_index, [pack.interaction_ids.index(c.interaction_id) for c in calls[:2]]
+    )
+    pack.loss_mask = (pack.loss_mask.astype(bool) & mine).astype(pack.loss_mask.dtype)
+    assign_advantages([pack], "group")
+    own = [
+        float(pack.advantages[pack.interaction_index == i][0])
+        for i in np.unique(pack.interaction_index[mine])
+    ]
+    assert own == pytest.approx([-1.0, 1.0], abs=1e-4)  # 0.1 and 0.3 against each other only
+
+
 def test_a_group_of_equal_rewards_carries_no_signal() -> None:
     pack = recorded_tree()
     pack.rewards[pack.interaction_index >= 0] = 3.0

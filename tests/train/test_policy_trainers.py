@@ -52,16 +52,20 @@ POLICIES = {
 
 
 def episode(seed: int = 0, student_seed: int | None = None) -> tuple[TreePack, dict[str, str]]:
-    """A tutor's call, the student's reply to it, the tutor's answer; behaviour logprobs unlike
-    the model's (the student's drawn from `student_seed`, if given)."""
+    """A tutor's call, two replies of the student to it (each policy's rewards differ among
+    its own calls: advantages are normalised per policy), the tutor's answer to the first;
+    behaviour logprobs unlike the model's (the student's drawn from `student_seed`, if
+    given)."""
     first = call([1, 2, 3, 4], [10, 11, 12])
     second = call([5, 6], [20, 21], first)
     third = call([7], [30, 31, 32], second)
-    calls = [first, second, third]
-    rewards = dict(zip((c.interaction_id for c in calls), (0.5, -1.0, 2.0), strict=True))
+    fourth = call([5, 8], [22, 23], first)
+    calls = [first, second, third, fourth]
+    rewards = dict(zip((c.interaction_id for c in calls), (0.5, -1.0, 2.0, 1.0), strict=True))
     pack = pack_interactions(calls, rewards)
     owners = {first.interaction_id: "tutor", second.interaction_id: "student"}
     owners[third.interaction_id] = "tutor"
+    owners[fourth.interaction_id] = "student"
     generated = pack.loss_mask == 1
     pack.logprobs[generated] = -np.random.default_rng(seed).uniform(5.0, 15.0, generated.sum())
     if student_seed is not None:
@@ -113,7 +117,7 @@ def test_each_policy_trains_its_own_adapter_on_its_own_tokens(tiny_model_dir: Pa
 
     assert changed == ["tutor", "student"]
     assert metrics["tutor/tokens"] == 6
-    assert metrics["student/tokens"] == 2
+    assert metrics["student/tokens"] == 4
     assert metrics["idle/tokens"] == 0
     assert metrics["tutor/kl"] == 0
     assert metrics["student/entropy"] > 0

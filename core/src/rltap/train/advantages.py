@@ -7,7 +7,10 @@ output) gets one advantage, written into the pack's `advantages` slot for all it
 
 - `"group"` (GRPO's, the default): `(r - mean) / (std + 1e-6)` over the interactions of the
   pack, which `rltap rollout --style tree` builds per dataset row (the row's `group_size`
-  episodes): each answer is judged against the other answers to the same prompt. A group whose
+  episodes): each answer is judged against the other answers to the same prompt. Only the
+  interactions the pack's loss mask covers count: with policies (`rltap.train.policies`) each
+  policy's trainer narrows it to its own calls, so a tutor's answers are judged against the
+  tutor's, not against a student's rewards of another scale (per-agent rewards). A group whose
   rewards are all equal gets zeros: it carries no signal about which answer was better.
 - `"batch"`: the same over every interaction of the step (whitened returns, for `--algo ppo`).
 - `"none"`: the discounted reward itself.
@@ -62,7 +65,8 @@ def trainable_tokens(pack: TreePack, version: int, max_staleness: int) -> tuple[
 
 
 def _segment_rewards(pack: TreePack) -> np.ndarray:
-    """One reward per generated segment of the pack (an interaction with tokens in it)."""
-    generated = pack.interaction_index >= 0
-    _, first = np.unique(pack.interaction_index[generated], return_index=True)
-    return pack.rewards[generated][first].astype(np.float64)
+    """One reward per trained segment of the pack (an interaction with tokens in its loss
+    mask: every generated one, unless a policy's trainer narrowed the mask to its own)."""
+    trained = (pack.interaction_index >= 0) & pack.loss_mask.astype(bool)
+    _, first = np.unique(pack.interaction_index[trained], return_index=True)
+    return pack.rewards[trained][first].astype(np.float64)
