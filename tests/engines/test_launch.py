@@ -28,7 +28,7 @@ from rltap.cli.commands import EXIT_ENGINE, main
 from rltap.config import ConfigError, RolloutConfig, ServeConfig, TrainConfig
 from rltap.config.rollout import RayConfig
 from rltap.config.serve import EngineConfig, LaunchConfig
-from rltap.engines.launch import server_specs, sglang_command, vllm_command
+from rltap.engines.launch import served_lora_rank, server_specs, sglang_command, vllm_command
 from rltap.engines.managed import ManagedServers, launched_engines
 from rltap.record.errors import EngineServerFailed
 
@@ -521,7 +521,8 @@ def test_rltap_train_launches_a_lora_server_into_its_run_folder(
     assert main(argv) == 0
     (call,) = _calls(fake_vllm)
     argv_seen = call["argv"]
-    assert argv_seen[argv_seen.index("--max-lora-rank") + 1] == "4"
+    # vLLM takes ranks 1, 8, 16, ...: a rank-4 adapter is served by a rank-8 server
+    assert argv_seen[argv_seen.index("--max-lora-rank") + 1] == "8"
     assert "--enable-lora" in argv_seen
     assert call["env"]["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
     assert (run / "engines" / "vllm-0.log").exists()
@@ -633,3 +634,9 @@ class _rltap:
         if self.process.poll() is None:
             self.process.kill()
         self.process.wait()
+
+
+def test_the_max_lora_rank_is_the_least_vllm_takes_that_holds_the_adapters() -> None:
+    assert [served_lora_rank(r) for r in (1, 2, 8, 9, 64, 300, 512)] == [1, 8, 8, 16, 64, 320, 512]
+    with pytest.raises(ConfigError, match="vLLM serves adapters up to rank 512"):
+        served_lora_rank(513)

@@ -19,7 +19,8 @@ named `vllm`):
 - `--weight-transfer-config '{"backend": "nccl"}'` (or `ipc`) when `--weight-transfer` says so;
   with `ipc` also `VLLM_ALLOW_INSECURE_SERIALIZATION=1`: the CUDA IPC handles reach vLLM
   pickled (`rltap.engines.vllm_transfer`), which it refuses otherwise.
-- LoRA (`rltap train --lora-rank N`): `--enable-lora --max-lora-rank N` and
+- LoRA (`rltap train --lora-rank N`): `--enable-lora --max-lora-rank N` (N rounded up to a rank
+  vLLM takes, `served_lora_rank`) and
   `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`, for `/v1/load_lora_adapter`. With several policies
   (`max_loras`, one adapter each; N their largest rank) also `--max-loras` (a batch mixes at
   most that many adapters, vLLM's default 1) and `--max-cpu-loras` twice that: vLLM keeps the
@@ -53,9 +54,11 @@ from rltap.config.flags import ConfigError
 from rltap.config.serve import ServeConfig, WeightTransfer
 
 __all__ = [
+    "VLLM_LORA_RANKS",
     "Command",
     "ServerSpec",
     "check_port_free",
+    "served_lora_rank",
     "server_specs",
     "sglang_command",
     "vllm_command",
@@ -91,6 +94,21 @@ class ServerSpec:
         return f"http://{host}:{self.port}"
 
 
+# The values vLLM's --max-lora-rank takes (its LoRAConfig's `MaxLoRARanks`); an adapter of a rank
+# in between is served by the next one up.
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def served_lora_rank(rank: int) -> int:
+    """The --max-lora-rank a vLLM server needs for adapters up to `rank`: the least value vLLM
+    takes that is at least `rank`."""
+    for allowed in VLLM_LORA_RANKS:
+        if allowed >= rank:
+            return allowed
+    msg = f"LoRA rank {rank}: vLLM serves adapters up to rank {VLLM_LORA_RANKS[-1]}"
+    raise ConfigError(msg)
+
+
 def vllm_command(
     model: str | os.PathLike[str],
     *,
@@ -120,7 +138,7 @@ def vllm_command(
     if weight_transfer == "ipc":
         env["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
     if lora_rank:
-        argv += ["--enable-lora", "--max-lora-rank", str(lora_rank)]
+        argv += ["--enable-lora", "--max-lora-rank", str(served_lora_rank(lora_rank))]
         if max_loras > 1:
             argv += ["--max-loras", str(max_loras), "--max-cpu-loras", str(2 * max_loras)]
         env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"

@@ -119,8 +119,14 @@ async def local_training(
     rollout: RolloutConfig = config.rollout()
     rollout = rollout.with_serve(rollout.serve.with_store(str(Path(rollout.out) / STORE_FILE)))
     if not shares_model(config, model):
-        # A launched vLLM serves LoRA adapters up to the run's rank.
-        served = local_workflow(rollout, tokenizer=tokenizer, lora_rank=config.lora.lora_rank)
+        # A launched vLLM serves LoRA adapters up to the run's rank, one per policy.
+        policies = config.policies or {}
+        served = local_workflow(
+            rollout,
+            tokenizer=tokenizer,
+            lora_rank=max((p.lora_rank for p in policies.values()), default=config.lora.lora_rank),
+            max_loras=max(len(policies), 1),
+        )
         async with served as (serving, workflow):
             sync = weight_sync(serving.engine, sync_dir)
             yield LocalTraining(serving, workflow, sync, contextlib.nullcontext)
