@@ -2,7 +2,8 @@
 answers a chat completion through it, and leaves nothing when SIGTERM ends it (about a minute
 on two shared cores); a model folder vLLM cannot load ends the start with vLLM's own words
 (about 20 s); and vLLM's own parser reads every flag `--launch` may pass (weight transfer,
-tensor parallel, LoRA), which no CPU server can start with (about 15 s)."""
+tensor parallel, LoRA, several policies' adapters), which no CPU server can start with (about
+15 s)."""
 
 from __future__ import annotations
 
@@ -71,6 +72,7 @@ for argv in json.loads(sys.argv[1]):
         "logprobs_mode": engine.logprobs_mode,
         "structured_outputs": engine.structured_outputs_config.backend,
         "max_lora_rank": engine.max_lora_rank if engine.enable_lora else None,
+        "max_loras": [engine.max_loras, engine.max_cpu_loras] if engine.enable_lora else None,
     }))
 """
 
@@ -81,6 +83,7 @@ def test_the_installed_vllm_reads_every_launch_flag() -> None:
         vllm_command("/m", binary=python, host="127.0.0.1", port=1),
         vllm_command("/m", binary=python, host="h", port=1, weight_transfer="nccl", gpus="0,1"),
         vllm_command("/m", binary=python, host="h", port=1, weight_transfer="ipc", lora_rank=8),
+        vllm_command("/m", binary=python, host="h", port=1, lora_rank=12, max_loras=3),
     ]
     argvs = [list(command.argv[3:]) for command in commands]  # from --model on
     result = subprocess.run(
@@ -90,10 +93,19 @@ def test_the_installed_vllm_reads_every_launch_flag() -> None:
     assert result.returncode == 0, result.stderr[-4000:]
     parsed = [json.loads(line) for line in result.stdout.splitlines()]
     common = {"logprobs_mode": "raw_logprobs", "structured_outputs": "guidance"}
+    plain = {**common, "weight_transfer": None, "tensor_parallel": 1}
     assert parsed == [
-        {**common, "weight_transfer": None, "tensor_parallel": 1, "max_lora_rank": None},
-        {**common, "weight_transfer": "nccl", "tensor_parallel": 2, "max_lora_rank": None},
-        {**common, "weight_transfer": "ipc", "tensor_parallel": 1, "max_lora_rank": 8},
+        {**plain, "max_lora_rank": None, "max_loras": None},
+        {
+            **plain,
+            "weight_transfer": "nccl",
+            "tensor_parallel": 2,
+            "max_lora_rank": None,
+            "max_loras": None,
+        },
+        {**plain, "weight_transfer": "ipc", "max_lora_rank": 8, "max_loras": [1, None]},
+        # three policies' adapters up to rank 12: rank 16 (a rank vLLM takes), two versions each
+        {**plain, "max_lora_rank": 16, "max_loras": [3, 6]},
     ]
 
 

