@@ -67,6 +67,7 @@ def trainable_tokens(pack: TreePack, version: int, max_staleness: int) -> tuple[
 def _segment_rewards(pack: TreePack) -> np.ndarray:
     """One reward per trained segment of the pack (an interaction with tokens in its loss
     mask: every generated one, unless a policy's trainer narrowed the mask to its own)."""
-    trained = (pack.interaction_index >= 0) & pack.loss_mask.astype(bool)
+    trained: np.ndarray = (pack.interaction_index >= 0) & pack.loss_mask.astype(bool)
     _, first = np.unique(pack.interaction_index[trained], return_index=True)
-    return pack.rewards[trained][first].astype(np.float64)
+    rewards: np.ndarray = pack.rewards[trained][first].astype(np.float64)
+    return rewards
