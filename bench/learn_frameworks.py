@@ -4,24 +4,28 @@ arithmetic task, several seeds each; the held-out reward before and after.
 
 What it runs, per framework and seed: `rltap train examples/<example>/agent.py:ShapedAgent` with
 the example's `train.toml` (its settings: rows and episodes per step, learning rate, sampling
-temperature, reply cap; CAMEL's `agents`, the tutor alone) on the example's `train.jsonl` (48 sums
-and differences, `examples/make_arithmetic_splits.py`), rewarded by its `shaped_reward` (1.0 for
-the right answer, partial credit for the format, a near miss and, for the Agents SDK, the right
-tool call: each example's docstring says why), with `--eval-data` the first `--eval-rows` of its
+temperature, reply cap; CAMEL's `[policies]`, the student and the tutor, a LoRA adapter each) on
+the example's `train.jsonl` (48 sums and differences, `examples/make_arithmetic_splits.py`),
+rewarded by its shaped reward (1.0 for the right answer, partial credit for the format, a near
+miss and, for the Agents SDK, the right tool call, for CAMEL the student's instruction holding
+the right sum: each example's docstring says why), with `--eval-data` the first `--eval-rows` of its
 `eval.jsonl` (held out, greedy, evaluated before step 1 and every `--eval-every` steps). The
 model is SmolLM2 as `make demo` converts it (`rltap_dev.demo_model`), on the embedded transformers
 engine, fp32, one torch thread; each framework runs in its own venv (bench/rl_sanity.py's, made
-by the Makefile's target when missing). The bench's flags, when given, win over train.toml.
+by the Makefile's target when missing; `--python` names another, with one framework). The
+bench's flags, when given, win over train.toml.
 
 Printed: per run the held-out reward (shaped) and pass@1 (right answers only) before (step 0)
 and after (the last step), then per framework the means, the seeds' spread (the standard
-deviation of the after-minus-before differences) and the verdict the issue asks for: the mean
-gain is more than twice that spread and at least 2 of the seeds improved. One plot per framework,
+deviation of the after-minus-before differences), the verdict the issue asks for (the mean
+gain is more than twice that spread and at least 2 of the seeds improved) and each run's peak
+RSS (its VmHWM, read every 2 s). One plot per framework,
 `docs/learning-<framework>.png` (`--plots`), of the held-out reward per step and seed.
 
     .venv/bin/python bench/learn_frameworks.py [--frameworks langchain openai_agents camel]
         [--seeds 0 1 2] [--steps 8] [--eval-rows 16] [--out runs] [--plots docs] [--dry-run]
         [--rows-per-step N] [--group-size N] [--lr LR] [--temperature T] [--eval-every N]
+        [--python FRAMEWORK_VENV_PYTHON] [--model MODEL_DIR]
 
 The seeds of a framework run at once (`--jobs`, default 3), each `rltap train` on one torch
 thread, its output in `<framework>/seed-N/train.log`; the bars show each seed's steps. A seed's
@@ -70,6 +74,7 @@ class Run:
     seed: int
     metrics: list[dict[str, Any]]
     seconds: float
+    peak_kib: int = 0  # the run's peak RSS (VmHWM), 0 where /proc has none
 
     def evaluations(self) -> list[dict[str, Any]]:
         return [m for m in self.metrics if "eval_reward" in m]
@@ -98,12 +103,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--eval-rows", type=int, default=16, help="held-out rows evaluated")
     parser.add_argument("--jobs", type=int, default=3, help="seeds run at once (default 3)")
     parser.add_argument("--model", help="model folder (default: the cached SmolLM2 conversion)")
+    parser.add_argument(
+        "--python", help="the framework venv's Python, with one framework (default: its nox venv)"
+    )
     parser.add_argument("--out", default="runs", help="parent folder of the runs")
     parser.add_argument("--plots", help="folder for learning-<framework>.png (e.g. docs)")
     parser.add_argument("--dry-run", action="store_true", help="print the commands only")
     args = parser.parse_args(argv)
     args.frameworks = args.frameworks or ["langchain", "openai_agents", "camel"]
-    args.python = None  # rl_sanity's venv lookup: the framework's nox venv
+    if args.python and len(args.frameworks) > 1:
+        parser.error("--python names one framework's venv: give one --frameworks")
     if args.plots:  # made now: a folder that cannot be made fails before any seed trains
         Path(args.plots).mkdir(parents=True, exist_ok=True)
     return args
@@ -136,14 +145,14 @@ def train_command(args: argparse.Namespace, python: Path, framework: str, seed: 
 def runs_table(runs: list[Run]) -> Table:
     table = Table(title="learn_frameworks: held-out reward (shaped) and pass@1, greedy")
     for column in ("framework", "seed", "before", "after", "gain", "pass@1 before", "after",
-                   "steps", "minutes"):  # fmt: skip
+                   "steps", "minutes", "peak RSS"):  # fmt: skip
         table.add_column(column, justify="right")
     for r in runs:
         table.add_row(
             r.framework, str(r.seed), f"{r.before['eval_reward']:.3f}",
             f"{r.after['eval_reward']:.3f}", f"{r.gain:+.3f}",
             f"{r.before['eval_pass_at_1']:.3f}", f"{r.after['eval_pass_at_1']:.3f}",
-            str(r.after["step"]), f"{r.seconds / 60:.1f}",
+            str(r.after["step"]), f"{r.seconds / 60:.1f}", gigabytes(r.peak_kib),
         )  # fmt: skip
     return table
 
@@ -151,7 +160,7 @@ def runs_table(runs: list[Run]) -> Table:
 def verdict_table(runs: list[Run], minutes: dict[str, float]) -> Table:
     table = Table(title="learn_frameworks: per framework (goal: gain > 2 x spread, 2 of 3 seeds)")
     for column in ("framework", "before", "after", "mean gain", "spread", "seeds improved",
-                   "learns", "minutes"):  # fmt: skip
+                   "learns", "minutes", "peak RSS a run"):  # fmt: skip
         table.add_column(column, justify="right")
     for framework in dict.fromkeys(r.framework for r in runs):
         mine = [r for r in runs if r.framework == framework]
@@ -164,9 +173,13 @@ def verdict_table(runs: list[Run], minutes: dict[str, float]) -> Table:
             framework, f"{statistics.fmean(r.before['eval_reward'] for r in mine):.3f}",
             f"{statistics.fmean(r.after['eval_reward'] for r in mine):.3f}", f"{mean:+.3f}",
             f"{spread:.3f}", f"{improved}/{len(mine)}", "yes" if learns else "no",
-            f"{minutes[framework]:.1f}",
+            f"{minutes[framework]:.1f}", gigabytes(max(r.peak_kib for r in mine)),
         )  # fmt: skip
     return table
+
+
+def gigabytes(kib: int) -> str:
+    return f"{kib * 1024 / 1e9:.1f} GB" if kib else "-"
 
 
 def plot(runs: list[Run], folder: Path) -> list[Path]:
@@ -201,6 +214,7 @@ class SeedRun:
     folder: Path
     command: list[str]
     seconds: float = 0.0
+    peak_kib: int = 0
 
     @property
     def log(self) -> Path:
@@ -220,11 +234,32 @@ async def run_seed(s: SeedRun, gate: asyncio.Semaphore, progress: Progress, bar:
         started = time.monotonic()
         child = logged_child(s.command, s.log, ROOT, HF_HUB_DISABLE_PROGRESS_BARS="1")
         async with child as process:
-            returncode = await watch_steps(process, s.folder / "train", progress, bar)
+            watch = asyncio.create_task(watch_peak_rss(process.pid, s))
+            try:
+                returncode = await watch_steps(process, s.folder / "train", progress, bar)
+            finally:
+                watch.cancel()
         s.seconds = time.monotonic() - started
         progress.stop_task(bar)
     if returncode != 0:
         raise SeedFailed(f"seed {s.seed}: exit {returncode} (see {s.log})")
+
+
+def peak_rss_kib(pid: int) -> int | None:
+    """The process's peak RSS so far (VmHWM in /proc, KiB); None once it has exited (or where
+    /proc has no status)."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    return next((int(line.split()[1]) for line in lines if line.startswith("VmHWM:")), 0)
+
+
+async def watch_peak_rss(pid: int, s: SeedRun, every: float = 2.0) -> None:
+    """`s.peak_kib`: the child's peak RSS, read every `every` seconds until it exits."""
+    while (kib := peak_rss_kib(pid)) is not None:
+        s.peak_kib = max(s.peak_kib, kib)
+        await asyncio.sleep(every)
 
 
 async def run_seeds(seeds: list[SeedRun], jobs: int, steps: int, console: Console) -> None:
@@ -272,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
         minutes[framework] = (time.monotonic() - started) / 60
         for s in seeds:
             metrics = read_metrics(s.folder / "train")
-            runs.append(Run(framework, s.seed, metrics, s.seconds))
+            runs.append(Run(framework, s.seed, metrics, s.seconds, s.peak_kib))
         console.print(runs_table(runs[-len(seeds) :]))
     if args.dry_run:
         return 0

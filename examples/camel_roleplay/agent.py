@@ -4,8 +4,9 @@ A Student (CAMEL's user agent) and a Math Tutor (the assistant agent, with a cal
 on a word problem. CAMEL's task-specify agent first turns the problem into a concrete task; all
 three agents call the policy through the proxy, so every call is recorded at the token level. The
 reward is 1.0 when the last number of the tutor's final answer is the row's answer, else 0.0.
-`ShapedAgent`, the one `rltap train` trains (train.toml), asks the tutor the row's task itself
-(no task specifier, the student's instruction scripted) and rewards it by `shaped_reward`.
+`ShapedAgent`, the one `rltap train` trains (train.toml: the student and the tutor, two
+policies), plays the two roles on short prompts, without the task specifier, and rewards the
+pair by `shaped_reward` on the tutor's answer.
 
     rltap rollout examples/camel_roleplay/agent.py:Agent --data examples/camel_roleplay/data.jsonl \
         --engine scripted --script rltap.testing.scripts:tool_loop --model <model dir> \
@@ -18,11 +19,12 @@ import ast
 import operator
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from camel.messages import BaseMessage
 from camel.societies import RolePlaying
 from camel.toolkits import FunctionTool
+from camel.types import RoleType
 
 from rltap_camel import CamelAdapter, ProxyModel, name_agents
 
@@ -102,12 +104,50 @@ def shaped_reward(answer: str, data: dict[str, Any]) -> float:
     return FORMAT_CREDIT * marked + CLOSENESS_CREDIT * closeness(answer, data)
 
 
+# The first sum or difference of two numbers in the student's instruction ("Solve: 7 + 11").
+_EXPRESSION = re.compile(r"(-?\d+(?:\.\d+)?)\s*([+-])\s*(\d+(?:\.\d+)?)")
+INSTRUCTION_CREDIT = 0.2
+
+
+@dataclass(frozen=True, slots=True)
+class Exchange:
+    """The trained role play's two messages: the student's instruction, the tutor's answer."""
+
+    instruction: str
+    answer: str
+
+
+def relays_the_problem(instruction: str, data: dict[str, Any]) -> bool:
+    """Whether the student's instruction holds the row's sum or difference: its first `a + b`
+    or `a - b` has the row's answer as its value (what the tutor needs to be shown)."""
+    match = _EXPRESSION.search(instruction)
+    if match is None:
+        return False
+    left, sign, right = float(match[1]), match[2], float(match[3])
+    return (left + right if sign == "+" else left - right) == float(data["answer"])
+
+
+def role_play_reward(exchange: Exchange, data: dict[str, Any]) -> float:
+    """The pair's reward: 1.0 for the tutor's right answer; otherwise `shaped_reward` of its
+    answer plus 0.2 when the student's instruction holds the row's sum or difference
+    (`relays_the_problem`), at most 0.7. The tutor sees the problem only through the student,
+    as the Agents SDK's calculator sees it only through the tool call that the same 0.2
+    credits there; every credit stays below a right answer."""
+    reward = shaped_reward(exchange.answer, data)
+    if reward == 1.0:
+        return 1.0
+    return reward + INSTRUCTION_CREDIT * relays_the_problem(exchange.instruction, data)
+
+
 class Agent(CamelAdapter):
     """The role play as an rltap agent: `run(data)` plays one row and returns its reward."""
 
     reward = staticmethod(final_answer_reward)
     specify_task = True  # CAMEL's task-specify agent first rewrites the row's task
     answer_tokens = ANSWER_TOKENS
+    student_tokens = TURN_TOKENS
+    tutor_tool = True  # the tutor's calculate tool
+    system_prompts: dict[str, Any] | None = None  # None: CAMEL's AI-society role prompts
 
     def __init__(self) -> None:
         super().__init__(reward_fn=type(self).reward)
@@ -117,7 +157,7 @@ class Agent(CamelAdapter):
         the clients). name_agents makes each role send its name (X-Rltap-Agent), so the export's
         agent ids are "Math Tutor" and "Student" and `rltap rollout --agents "Math Tutor"` trains
         the tutor alone; the task-specify agent calls before that, with a backend named here."""
-        short = model.with_config(max_tokens=TURN_TOKENS)
+        short = model.with_config(max_tokens=self.student_tokens)
         return name_agents(
             RolePlaying(
                 assistant_role_name="Math Tutor",
@@ -126,13 +166,14 @@ class Agent(CamelAdapter):
                 with_task_specify=self.specify_task,
                 assistant_agent_kwargs={
                     "model": model.with_config(max_tokens=self.answer_tokens),
-                    "tools": [FunctionTool(calculate)],
+                    "tools": [FunctionTool(calculate)] if self.tutor_tool else None,
                 },
                 user_agent_kwargs={"model": short},
                 task_specify_agent_kwargs={
                     "model": short.for_agent("Task Specifier"),
                     "word_limit": 40,
                 },
+                sys_msg_generator_kwargs=self.system_prompts,
             )
         )
 
@@ -153,24 +194,52 @@ class Agent(CamelAdapter):
         return answer
 
 
+# The trained role play's system prompts, in place of CAMEL's AI-society ones (~400 tokens
+# each, about a task to accomplish together over many turns): the student alone is shown the
+# problem and asks the tutor, who sees only the student's message and answers in one line.
+STUDENT_PROMPT = (
+    "You are a {user_role}. Your homework problem: {task}\nAsk the {assistant_role} to solve it."
+)
+TUTOR_PROMPT = (
+    "You are a {assistant_role}. Solve the math problem the {user_role} asks. "
+    "Reply with one line: Final answer: <number>"
+)
+OPENING = (
+    "I am your Math Tutor. Give me your problem as a sum or a difference of its numbers, "
+    "in one line: Solve: <number> + <number>, or Solve: <number> - <number>"
+)
+
+
 class ShapedAgent(Agent):
-    """The role play rewarded by `shaped_reward`: what `rltap train --agents "Math Tutor"`
-    trains (docs/learning.md). The tutor is asked the row's task as it is, in its role-play
-    system prompt and as the student's instruction: a 135M task specifier rewrote "Tom has 15
-    marbles and gives 10 away ..." into "create a math problem that requires creative thinking",
-    and a 135M student never asked it; no tutor can answer a sum it was never shown."""
+    """The role play `rltap train` trains (train.toml: a policy for the student and one for the
+    tutor), rewarded by `role_play_reward`, the episode's one reward, on the tutor's answer.
 
-    reward = staticmethod(shaped_reward)
+    A real two-role episode, on short system prompts (`STUDENT_PROMPT`, `TUTOR_PROMPT`): the
+    tutor opens, the Student (CAMEL's user agent), who alone is shown the row's problem, writes
+    the tutor its instruction, and the Math Tutor, who sees only that, answers; one
+    `RolePlaying.step`. No task specifier (a 135M one rewrote "Tom has 15 marbles and gives 10
+    away ..." into "create a math problem that requires creative thinking") and no calculator
+    (its schema makes every tutor prompt longer, and a 135M tutor wrote JavaScript-like
+    `function calculate()` snippets instead of calling it). docs/learning.md has the figures."""
+
+    reward = staticmethod(role_play_reward)
     specify_task = False
-    # "Final answer: 5", or a calculate call, is a few tokens; a 135M tutor's replies run on
-    # to the cap, so the cap is most of an episode's time (bench/learn_frameworks.py).
-    answer_tokens = 64
+    # "Final answer: 5" is a few tokens; a 135M model's replies run on to the cap, so the caps
+    # are most of an episode's time (bench/learn_frameworks.py).
+    answer_tokens = 24
+    student_tokens = 40
+    tutor_tool = False
+    system_prompts: dict[str, Any] | None = {  # noqa: RUF012 (read only)
+        "sys_prompts": {RoleType.USER: STUDENT_PROMPT, RoleType.ASSISTANT: TUTOR_PROMPT},
+        "sys_msg_meta_dict_keys": {"task", "assistant_role", "user_role"},
+    }
 
-    def episode(self, data: dict[str, Any], model: ProxyModel) -> str:
-        # The student's first instruction is the row's question: greedy, a 135M student answers
-        # "give me instructions" with "I'm ready to assist you" on a loop, and the tutor echoes it.
+    def episode(  # type: ignore[override]  # an Exchange, not Agent's answer text
+        self, data: dict[str, Any], model: ProxyModel
+    ) -> Exchange:
         society = self.society(data, model)
-        society.init_chat()
-        question = f"Instruction: {data['task']}\nInput: None"
-        reply = society.assistant_agent.step(BaseMessage.make_user_message("Student", question))
-        return reply.msg.content if reply.msgs else ""
+        tutor, student = society.step(society.init_chat(OPENING))  # the student, then the tutor
+        return Exchange(
+            instruction=student.msg.content if student.msgs else "",
+            answer=tutor.msg.content if tutor.msgs else "",
+        )
