@@ -31,27 +31,11 @@ from typing import Any
 
 import torch
 
-from rltap.engines.base import AdapterWeights
 from rltap.engines.transformers import TransformersEngine
 from rltap.record.types import ModelRequest
+from rltap.testing.adapters import random_adapter
 
-TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 PROMPT = list(range(100, 140))
-
-
-def random_adapter(model: Any, name: str, seed: int) -> AdapterWeights:
-    """A rank-8 adapter `name` over every linear layer, its tensors small and random."""
-    import peft
-
-    config = peft.LoraConfig(r=8, lora_alpha=16, target_modules=TARGETS)
-    scratch = peft.inject_adapter_in_model(config, copy.deepcopy(model), adapter_name=name)
-    generator = torch.Generator().manual_seed(seed)
-    tensors = {
-        key: torch.randn(value.shape, generator=generator) * 0.01
-        for key, value in scratch.state_dict().items()
-        if ".lora_" in key
-    }
-    return AdapterWeights(config, tensors, name=name)
 
 
 def requests(policies: Sequence[str | None], tokens: int) -> list[ModelRequest]:
@@ -70,10 +54,10 @@ async def timed(engine: TransformersEngine, batches: Sequence[list[ModelRequest]
 
 async def run(model: Any, n: int, tokens: int, repeats: int) -> None:
     single = TransformersEngine(copy.deepcopy(model), eos_token_ids=[])
-    await single.update_weights(random_adapter(model, "default", 1))
+    await single.update_weights(random_adapter(model, "default", 1, rank=8, scale=0.01))
     multi = TransformersEngine(copy.deepcopy(model), eos_token_ids=[])
-    await multi.update_weights(random_adapter(model, "tutor", 1))
-    await multi.update_weights(random_adapter(model, "student", 2))
+    await multi.update_weights(random_adapter(model, "tutor", 1, rank=8, scale=0.01))
+    await multi.update_weights(random_adapter(model, "student", 2, rank=8, scale=0.01))
     mixed = [("tutor", "student", None)[i % 3] for i in range(n)]
     grouped = [[p for p in mixed if p == q] for q in ("tutor", "student", None)]
     cases = {

@@ -19,27 +19,11 @@ from rltap.engines.lora import adapter_of
 from rltap.engines.transformers import TransformersEngine
 from rltap.record.errors import EngineError
 from rltap.record.types import ModelRequest, ModelResponse
+from rltap.testing.adapters import LINEAR_TARGETS, random_adapter
 
 peft = pytest.importorskip("peft")
 
 PROMPT = [9707, 11, 1879, 0, 1096, 374, 264, 1273, 13]  # "Hello, world! This is a test."
-TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-
-
-def random_adapter(model: Any, name: str, seed: int) -> AdapterWeights:
-    """A rank-4 adapter `name` on every linear layer of `model`, every tensor random (a trained
-    adapter's B is not zero; a bigger scale than this one, far beyond the tiny model's 0.02,
-    amplifies a batch's float summation order past 1e-5), named as peft names adapter `name`'s
-    tensors."""
-    config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=TARGETS)
-    scratch = peft.inject_adapter_in_model(config, copy.deepcopy(model), adapter_name=name)
-    generator = torch.Generator().manual_seed(seed)
-    tensors = {
-        key: torch.randn(value.shape, generator=generator) * 0.05
-        for key, value in scratch.state_dict().items()
-        if ".lora_" in key
-    }
-    return AdapterWeights(config, tensors, name=name)
 
 
 def renamed(adapter: AdapterWeights, name: str) -> AdapterWeights:
@@ -237,7 +221,7 @@ async def test_the_adapters_of_one_peft_model_serve_as_peft_mixes_them(
     make_engine: Callable[..., Any], tiny_model: Any
 ) -> None:
     # A trainer holding every policy's adapter in one peft model sends each by name.
-    config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=TARGETS)
+    config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=LINEAR_TARGETS)
     trainer = peft.get_peft_model(copy.deepcopy(tiny_model), config, adapter_name="tutor")
     trainer.add_adapter("student", copy.deepcopy(config))
     generator = torch.Generator().manual_seed(3)

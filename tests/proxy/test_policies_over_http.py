@@ -17,45 +17,29 @@ import numpy as np
 import openai
 import orjson
 import pytest
-import torch
 
 from rltap.chat.renderer import ChatRenderer
 from rltap.client.direct import DirectOpenAI
 from rltap.client.proxy import interactions_from_export, tree_from_export
 from rltap.config import ChatConfig, EngineConfig, ServeConfig, StoreConfig
 from rltap.config.policies import PolicyConfig
-from rltap.engines.base import AdapterWeights
 from rltap.engines.transformers import TransformersEngine
 from rltap.record.types import ModelRequest
 from rltap.rollout.serving import local_proxy
 from rltap.store.files import export_store
 from rltap.store.read import StoreReader
+from rltap.testing.adapters import random_adapter
 from rltap.testing.proxy import RunningProxy, start_test_proxy
 from rltap.tree.links import agent_header_value
 
 peft = pytest.importorskip("peft")
 
-TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 POLICIES = {
     "tutor": PolicyConfig(agents=("Math Tutor",), lora_rank=4),
     "student": PolicyConfig(agents=("Student", "Student's helper"), lora_rank=4),
 }
 VERSIONS = {"tutor": 3, "student": 7, None: 0}
 TOKENS = 6
-
-
-def random_adapter(model: Any, name: str, seed: int) -> AdapterWeights:
-    """A rank-4 adapter `name` on every linear layer of `model`, every tensor random (as
-    tests/engines/test_adapter_routing.py makes them)."""
-    config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=TARGETS)
-    scratch = peft.inject_adapter_in_model(config, copy.deepcopy(model), adapter_name=name)
-    generator = torch.Generator().manual_seed(seed)
-    tensors = {
-        key: torch.randn(value.shape, generator=generator) * 0.05
-        for key, value in scratch.state_dict().items()
-        if ".lora_" in key
-    }
-    return AdapterWeights(config, tensors, name=name)
 
 
 @contextlib.asynccontextmanager
