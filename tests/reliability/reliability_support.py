@@ -144,7 +144,10 @@ def assert_envelope(path: str, body: Any, status: int) -> dict[str, Any]:
     """`body` is the route's error envelope (Anthropic's on /v1/messages, else OpenAI's)."""
     if path.startswith("/v1/messages"):
         assert body["type"] == "error", body
-        assert set(body["error"]) == {"type", "message"}, body
+        # A thread error also carries its code for the SDK's thread recovery.
+        assert set(body["error"]) - {"details"} == {"type", "message"}, body
+        if "details" in body["error"]:
+            assert set(body["error"]["details"]) == {"error_code"}, body
         assert body["error"]["type"] == ANTHROPIC_TYPES.get(status, body["error"]["type"])
     else:
         assert set(body) == {"error"}, body
