@@ -80,6 +80,7 @@ def record_adapter_names(model: Any) -> tuple[list[tuple[list[str] | None, int]]
     return seen, layer.register_forward_hook(record, with_kwargs=True)
 
 
+@pytest.mark.slow  # seconds of decoding: make test runs it, make check does not
 async def test_a_mixed_batch_gives_each_request_its_adapter_alone(
     make_engine: Callable[..., Any], tiny_model: Any
 ) -> None:
@@ -152,6 +153,7 @@ async def test_each_policy_has_its_own_version(
     assert (engine.version, engine.policy_version("tutor")) == (3, 9)
 
 
+@pytest.mark.slow  # seconds of decoding: make test runs it, make check does not
 async def test_an_update_rebuilds_only_its_policys_rows(
     make_engine: Callable[..., Any], tiny_model: Any
 ) -> None:

@@ -87,6 +87,7 @@ async def episode(proxy: RunningProxy) -> tuple[str, list[str]]:
     return session_id, ids
 
 
+@pytest.mark.slow  # seconds of decoding: make test runs it, make check does not
 async def test_each_agent_generates_with_its_policy_and_every_export_says_which(
     tiny_model: Any, renderer: ChatRenderer, tmp_path: Path
 ) -> None:

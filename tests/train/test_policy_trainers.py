@@ -166,6 +166,7 @@ def test_the_packs_own_policies_choose_the_tokens(tiny_model_dir: Path) -> None:
         assert all(torch.equal(mine[k], theirs[k]) for k in mine)
 
 
+@pytest.mark.slow  # seconds of decoding: make test runs it, make check does not
 async def test_the_sync_moves_only_the_changed_adapters_and_their_versions(
     tiny_model_dir: Path, tiny_model: Any
 ) -> None:
