@@ -619,12 +619,23 @@ def _wait_for(url: str, process: subprocess.Popen[str], timeout: float = 60) -> 
         time.sleep(0.2)
 
 
+def _sigint_as_from_a_shell() -> None:
+    """SIGINT's default in the child: an ignored signal is inherited across exec, and a test
+    process may have come to ignore SIGINT (then uvicorn restores "ignored" after its graceful
+    stop and rltap exits 0, as a background job Ctrl-C is not meant to reach does)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class _rltap:
     """`command` as a process with stderr captured; killed at the end if it is still there."""
 
     def __init__(self, command: list[str], **env: str) -> None:
         self.process = subprocess.Popen(
-            command, env={**os.environ, **env}, stderr=subprocess.PIPE, text=True
+            command,
+            env={**os.environ, **env},
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=_sigint_as_from_a_shell,
         )
 
     def __enter__(self) -> subprocess.Popen[str]:
