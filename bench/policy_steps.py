@@ -86,7 +86,7 @@ def two_policies(model_dir: str) -> Any:
     policies = {name: PolicyConfig(agents=(name,), lora_rank=8) for name in AGENTS}
     model = policy_model(base, policies, LoraConfig(), base=model_dir)
     trainers = PolicyTrainers(model, policies, UpdateConfig(lr=1e-4))
-    return lambda batch, version: trainers.step(batch, lambda p, name: p.policy_mask(name))
+    return lambda batch, version: trainers.step(batch, TreePack.policy_mask)
 
 
 def main() -> None:

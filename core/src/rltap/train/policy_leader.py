@@ -103,7 +103,7 @@ class PolicyLeader:
     def step(self, packs: Sequence[TreePack], version: int) -> dict[str, float]:
         """Each policy's step on its tokens of `packs` (each at its own version: `version`,
         the loop's count of steps, is not theirs)."""
-        metrics, self.changed = self.trainers.step(packs, _policy_tokens)
+        metrics, self.changed = self.trainers.step(packs, TreePack.policy_mask)
         return {**metrics, **_overall(metrics, list(self.trainers.trainers))}
 
     async def push(self, sync: PolicySync) -> dict[str, float]:
@@ -116,10 +116,7 @@ class PolicyLeader:
         """Every trained policy's adapter into the engine, at its version (a resumed run's
         engine starts from --model; a policy still at version 0 is the base model there)."""
         versions = self.trainers.versions
-        moved = [name for name, version in versions.items() if version > 0]
-        for name in moved:  # PolicySync sends the version after the trainers': step back one
-            versions[name] -= 1
-        await sync.push(self.trainers, moved)
+        await sync.push(self.trainers, [name for name, v in versions.items() if v > 0], again=True)
 
     def save_checkpoint(
         self, run: RunDir, step: int, tokenizer: Any, state: Mapping[str, Any]
@@ -128,10 +125,6 @@ class PolicyLeader:
 
     def stop(self) -> None:
         """Nothing to tell: the policies train in this process alone."""
-
-
-def _policy_tokens(pack: TreePack, policy: str) -> Any:
-    return pack.policy_mask(policy)
 
 
 def _overall(metrics: Mapping[str, float], names: list[str]) -> dict[str, float]:

@@ -106,12 +106,15 @@ class PolicySync:
         self.engine = engine
         self.folder = Path(folder)
 
-    async def push(self, trainers: PolicyTrainers, changed: Iterable[str]) -> dict[str, int]:
+    async def push(
+        self, trainers: PolicyTrainers, changed: Iterable[str], *, again: bool = False
+    ) -> dict[str, int]:
         """Send each policy of `changed` its adapter at its next version (the version after
-        `trainers.versions`, which moves with it); returns the new versions."""
+        `trainers.versions`, which moves with it), or with `again` at the version it has (an
+        engine that starts from the base model, after a resume); returns the versions sent."""
         moved = {}
         for name in changed:
-            version = trainers.versions[name] + 1
+            version = trainers.versions[name] + (0 if again else 1)
             source = policy_source(
                 trainers.model,
                 name,
