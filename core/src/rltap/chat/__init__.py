@@ -12,6 +12,7 @@ from rltap.chat.streaming import (
     build_streaming_parser,
     parse_output,
 )
+from rltap.chat.tokenizer_match import TokenizerMismatch, check_same_tokenizer, tokenizer_mismatch
 from rltap.chat.tool_parsers import TOOL_PARSERS, ToolParser, get_tool_parser
 from rltap.record.parsed import (
     ContentDelta,
@@ -40,14 +41,17 @@ __all__ = [
     "RenderMode",
     "RenderedPrompt",
     "StreamingParser",
+    "TokenizerMismatch",
     "ToolCallArgumentsDelta",
     "ToolCallStartDelta",
     "ToolParser",
     "UnknownNameError",
     "build_output_parser",
     "build_streaming_parser",
+    "check_same_tokenizer",
     "fold_deltas",
     "get_reasoning_parser",
     "get_tool_parser",
     "parse_output",
+    "tokenizer_mismatch",
 ]

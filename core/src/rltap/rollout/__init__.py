@@ -3,6 +3,7 @@
     workflow   RolloutWorkflow, OpenAIProxyWorkflow (and its WorkflowSettings): an agent's
                episode as training data
     runner     `rltap rollout`: rows x group size episodes, `concurrency` at a time
+    branches   an episode's branches split as TRL and verl take them (prompt, completion, mask)
     batch      what a rollout hands on in memory: EpisodeData, RolloutBatch (the trainer's)
     files      the run folder's files, written from the batch: trajectories.jsonl,
                batch.safetensors, the ledger
@@ -24,6 +25,12 @@ from rltap._lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from rltap.rollout.batch import EpisodeData, RolloutBatch, RolloutSummary
+    from rltap.rollout.branches import (
+        AllEpisodesFailed,
+        Branch,
+        episode_branches,
+        require_branches,
+    )
     from rltap.rollout.runner import (
         BATCH,
         LEDGER,
@@ -50,6 +57,7 @@ if TYPE_CHECKING:
     )
 
 _BATCH = ("EpisodeData", "RolloutBatch", "RolloutSummary")
+_BRANCHES = ("AllEpisodesFailed", "Branch", "episode_branches", "require_branches")
 _RUNNER = (
     "BATCH",
     "LEDGER",
@@ -79,6 +87,8 @@ __all__ = [
     "BATCH",
     "LEDGER",
     "SUMMARY",
+    "AllEpisodesFailed",
+    "Branch",
     "Episode",
     "EpisodeData",
     "EpisodeResult",
@@ -91,9 +101,11 @@ __all__ = [
     "RolloutWorkflow",
     "WorkflowError",
     "WorkflowSettings",
+    "episode_branches",
     "load_batch",
     "load_rows",
     "load_trajectories",
+    "require_branches",
     "resolve_workflow",
     "rollout_rows",
     "run_here",
@@ -106,6 +118,7 @@ __getattr__ = lazy_getattr(
     globals(),
     {
         **dict.fromkeys(_BATCH, "rltap.rollout.batch"),
+        **dict.fromkeys(_BRANCHES, "rltap.rollout.branches"),
         **dict.fromkeys(_RUNNER, "rltap.rollout.runner"),
         **dict.fromkeys(_WORKFLOW, "rltap.rollout.workflow"),
     },
