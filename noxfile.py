@@ -3,7 +3,8 @@
 Frameworks conflict (camel-ai pins pydantic<=2.12.0 while openai-agents needs >=2.12.2), so each
 integration's tests run in a venv of their own. `make test` runs every session here after the core
 suite; `nox -s "integration(framework='camel')"` runs one. `nox -s areal` runs `rltap.areal`
-against AReaL 1.0.4 itself (integrations/areal/README.md).
+against AReaL 1.0.4 itself (integrations/areal/README.md); `nox -s "trainer(plugin='trl')"` runs a
+trainer plugin's tests in its trainer's venv.
 
 Venvs are made with uv when it is installed (it links packages from its cache, so the three venvs
 share one copy of torch); the torch pin then names the CPU build in the local wheel folder, which
@@ -22,6 +23,10 @@ nox.options.reuse_venv = "yes"
 nox.options.error_on_missing_interpreters = True
 
 FRAMEWORKS = ["openai_agents", "camel", "langchain"]
+# Trainer plugins: rltap agents inside another trainer's loop (integrations/<name>, its trainer's
+# range in its pyproject). Each session's venv holds the plugin, its trainer and the LangChain
+# adapter, whose agent the plugin's end-to-end tests train.
+TRAINERS = ["trl", "verl"]
 # Frameworks that need no adapter: each is pointed at the proxy by its own base-URL setting, and
 # its tests (integrations/compat/<name>/tests) run in a venv of its own with the framework range
 # of integrations/compat/<name>/requirements.txt.
@@ -67,6 +72,22 @@ def integration(session: nox.Session, framework: str) -> None:
     cache = Path(session.virtualenv.location) / ".mypy_cache"
     session.run("mypy", "--strict", "--cache-dir", str(cache), "-p", f"rltap_{framework}")
     session.run("pytest", "-q", "-p", "no:cacheprovider", f"{adapter}/tests")
+
+
+@nox.session(python="3.11")
+@nox.parametrize("plugin", TRAINERS)
+def trainer(session: nox.Session, plugin: str) -> None:
+    """Core + one trainer plugin with its trainer + the LangChain adapter, then the plugin typed
+    (mypy strict) and its tests."""
+    core = "core[embedded,testing,train]"
+    plugin_dir = f"integrations/{plugin}"
+    _install(
+        session, "-e", core, "-e", DEV, "-e", "integrations/langchain", "-e", plugin_dir,
+        *TEST_TOOLS, MYPY,
+    )  # fmt: skip
+    cache = Path(session.virtualenv.location) / ".mypy_cache"
+    session.run("mypy", "--strict", "--cache-dir", str(cache), "-p", f"rltap_{plugin}")
+    session.run("pytest", "-q", "-p", "no:cacheprovider", f"{plugin_dir}/tests")
 
 
 @nox.session(python="3.11")
