@@ -64,8 +64,10 @@ unit: $(STAMP)
 no-torch: $(STAMP)
 	$(BIN)/python scripts/check_no_torch.py
 
+# Every nox session (noxfile.py's list), two at a time: one session is one pytest on one torch
+# thread, so two side by side take about half the wall time (rltap_dev.lanes; logs .nox-logs/).
 integrations: $(STAMP)
-	$(BIN)/nox
+	$(BIN)/python -m rltap_dev.lanes --jobs $(PYTEST_WORKERS)
 
 matrix: $(STAMP)
 	$(BIN)/python -m rltap_dev.matrix .matrix
@@ -115,4 +117,4 @@ soak: $(STAMP)
 	$(BIN)/python bench/soak.py soak --sessions 10000
 
 clean:
-	rm -rf $(VENV) .nox .venv-vllm .venv-notorch .venv-slim .venv-trl .matrix
+	rm -rf $(VENV) .nox .nox-logs .venv-vllm .venv-notorch .venv-slim .venv-trl .matrix
