@@ -6,6 +6,7 @@ and the agents run on the rollout's own thread.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -94,3 +95,35 @@ def closing() -> Iterator[list[Any]]:
     yield opened
     for rollout in opened:
         rollout.close()
+
+
+@pytest.fixture(scope="module")
+def trainer(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A GRPOTrainer (num_generations=2) whose rollout_func the tests call as TRL does, with
+    each prompt repeated twice in a row; its own rollout_func is never called."""
+    rows = [{"question": "unused", "answer": "0"}]
+
+    def unused(prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+        raise AssertionError("the tests call their own rollouts")
+
+    out = tmp_path_factory.mktemp("trainer")
+    return make_trainer(tiny_model_dir, out, unused, prompt_dataset(rows))
+
+
+def repeated(rows: list[dict[str, Any]], times: int = 2) -> list[dict[str, Any]]:
+    """TRL's prompts for `rows`: each repeated `times` (num_generations) in a row."""
+    return [row for row in rows for _ in range(times)]
+
+
+@contextlib.contextmanager
+def server_args(args: Any, **fields: Any) -> Iterator[Any]:
+    """`args` with `fields` set in place for the block (vLLM's, which a trainer constructed with
+    them would need the vllm package for), then restored."""
+    saved = {name: getattr(args, name) for name in [*fields, "vllm_server_base_url"]}
+    for name, value in fields.items():
+        setattr(args, name, value)
+    try:
+        yield args
+    finally:
+        for name, value in saved.items():
+            setattr(args, name, value)
