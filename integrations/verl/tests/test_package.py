@@ -45,9 +45,10 @@ def test_verl_loads_the_plugin_through_its_entry_point() -> None:
     assert plugin.name == "rltap"
 
 
-# A fresh process imports only verl (as each of verl's Ray workers does), builds the loop from
-# verl's registry entry for "rltap_agent" (the table verl's worker reads), its settings from the
-# `rltap:` section of verl's config, runs one episode and ends without closing the proxy: the
+# A fresh process imports only verl (as each of verl's Ray workers does), which loads the plugin
+# (registering "rltap_agent" with verl's public `register`), builds the loop as verl's worker
+# does (hydra instantiate of the registered class, named as `register` names it), its settings
+# from the `rltap:` section of verl's config, runs one episode and ends without closing the proxy: the
 # plugin's exit hook must stop it, with nothing left pending.
 EXIT_SCRIPT = textwrap.dedent(
     """
@@ -58,11 +59,12 @@ EXIT_SCRIPT = textwrap.dedent(
         with socket.socket() as s:
             print("proxy", "open" if s.connect_ex(("127.0.0.1", state["port"])) == 0 else "closed")
     atexit.register(check)
+    import sys
     import verl
+    assert "rltap_verl" in sys.modules, "importing verl did not load the plugin"
     from hydra import compose, initialize_config_dir
     from hydra.utils import instantiate
-    from verl.experimental.agent_loop.agent_loop import (
-        DictConfigWrap, ToolListWrap, _agent_loop_registry)
+    from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap
     from verl.workers.rollout.replica import TokenOutput
     from transformers import AutoTokenizer
     from rltap.testing.models import cached_tiny_model_dir
@@ -79,7 +81,7 @@ EXIT_SCRIPT = textwrap.dedent(
             f"actor_rollout_ref.model.path={model}", "actor_rollout_ref.rollout.name=vllm",
             "+rltap.agent=verl_agents:FORKING"])
     loop = instantiate(
-        _agent_loop_registry["rltap_agent"], trainer_config=DictConfigWrap(config),
+        {"_target_": "rltap_verl._agent_loop.RltapAgentLoop"}, trainer_config=DictConfigWrap(config),
         server_manager=Manager(), tokenizer=AutoTokenizer.from_pretrained(str(model)),
         processor=None, dataset_cls=None, data_config=DictConfigWrap(config.data),
         tools=ToolListWrap([]))
