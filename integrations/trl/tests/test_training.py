@@ -49,31 +49,33 @@ def diffs_to_trl(trainer: Any, output: dict[str, list[Any]], row: int) -> tuple[
     return found[0], found[1], int(sampled.sum())
 
 
-@pytest.mark.slow
-def test_grpo_trains_on_the_agents_episodes(
-    tiny_model_dir: Path, rows: list[dict[str, Any]], tmp_path: Path, closing: list[Any]
-) -> None:
-    returned: list[float] = []  # what the agent's reward function gave, per episode
+class ObservedRollout:
+    """The rollout as TRL calls it, recording per call what the agent's reward function
+    returned and how far the recorded logprobs are from TRL's recomputation (right after the
+    rollout: the weights that sampled them)."""
 
-    def reward(result: Any, data: Any) -> float:
+    def __init__(self) -> None:
+        self.returned: list[float] = []
+        self.calls: list[dict[str, Any]] = []
+        agent = LangChainAdapter(
+            build_calculator_agent, reward_fn=self.reward, chat_kwargs=dict(SHORT)
+        )
+        self.rollout = AgentRollout(agent)
+
+    def reward(self, result: Any, data: Any) -> float:
         value = calculator_reward(result, data)
-        returned.append(value)
+        self.returned.append(value)
         return value
 
-    agent = LangChainAdapter(build_calculator_agent, reward_fn=reward, chat_kwargs=dict(SHORT))
-    rollout = AgentRollout(agent)
-    closing.append(rollout)
-    calls: list[dict[str, Any]] = []
-
-    def observed(prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
-        returned.clear()
-        output = rollout(prompts, trainer)
+    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+        self.returned.clear()
+        output = self.rollout(prompts, trainer)
         diffs = [diffs_to_trl(trainer, output, row) for row in range(len(prompts))]
-        calls.append(
+        self.calls.append(
             {
                 "prompts": len(prompts),
                 "output": output,
-                "agent_rewards": list(returned),
+                "agent_rewards": list(self.returned),
                 "max_diff": max(d[0] for d in diffs),
                 "max_diff_fp32": max(d[1] for d in diffs),
                 "sampled": sum(d[2] for d in diffs),
@@ -81,6 +83,14 @@ def test_grpo_trains_on_the_agents_episodes(
         )
         return output
 
+
+@pytest.mark.slow
+def test_grpo_trains_on_the_agents_episodes(
+    tiny_model_dir: Path, rows: list[dict[str, Any]], tmp_path: Path, closing: list[Any]
+) -> None:
+    observed = ObservedRollout()
+    closing.append(observed.rollout)
+    calls = observed.calls
     trainer = make_trainer(
         tiny_model_dir, tmp_path, observed, prompt_dataset(rows), max_steps=2, learning_rate=1e-4
     )
