@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from datasets import Dataset
-from rltap_trl import AgentRollout, rltap_reward
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
 
 from rltap.rollout.workflow import load_object
+from rltap_trl import AgentRollout, rltap_reward
 
 EXAMPLES = Path(__file__).resolve().parent.parent
 AGENT = f"{EXAMPLES / 'langchain_math' / 'agent.py'}:ShapedAgent"

@@ -55,9 +55,10 @@ def grpo_args(out: Path, **overrides: Any) -> Any:
 
 def make_trainer(model_dir: Path, out: Path, rollout: Any, dataset: Any, **args: Any) -> Any:
     """A GRPOTrainer on a fresh copy of the tiny model, rewarded by `rltap_reward`."""
-    from rltap_trl import rltap_reward
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOTrainer
+
+    from rltap_trl import rltap_reward
 
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype="float32")
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))

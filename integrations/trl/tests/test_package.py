@@ -7,11 +7,12 @@ from importlib.metadata import requires, version
 from typing import Any
 
 import pytest
-import rltap_trl
 from conftest import repeated
 from packaging.requirements import Requirement
-from rltap_trl import AgentRollout, rltap_reward
 from trl_agents import one_call_agent
+
+import rltap_trl
+from rltap_trl import AgentRollout, rltap_reward
 
 EXPECTED_ALL = [
     "REWARD_FIELD",

@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 from conftest import make_trainer, prompt_dataset, repeated, server_args
-from rltap_trl import AgentRollout, UnsupportedTrainer
 from transformers import AutoTokenizer
 from trl_agents import one_call_agent
 
 from rltap.chat import TokenizerMismatch
 from rltap.rollout.branches import AllEpisodesFailed
+from rltap_trl import AgentRollout, UnsupportedTrainer
 
 FAILING = [{"question": f"q{i}", "answer": "0", "fail": True} for i in range(2)]
 

@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 from conftest import repeated
+from trl_agents import calculator_agent, one_call_agent, two_branch_agent
+
 from rltap_trl import REWARD_FIELD, SESSION_FIELD, AgentRollout, TooManyBranches
 from rltap_trl._rows import PromptGroup, episodes_in_group, prompt_groups
-from trl_agents import calculator_agent, one_call_agent, two_branch_agent
 
 ROWS = [{"question": "What is 2+3?", "answer": "5"}, {"question": "What is 4*5?", "answer": "20"}]
 

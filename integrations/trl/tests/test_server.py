@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 from aiohttp import web
 from conftest import repeated, server_args
-from rltap_trl import SESSION_FIELD, AgentRollout
-from rltap_trl._loop import BackgroundLoop
 from trl_agents import one_call_agent
 
 from rltap.chat import TokenizerMismatch
 from rltap.testing.fakes.vllm import REPLY_IDS, FakeVLLM
+from rltap_trl import SESSION_FIELD, AgentRollout
+from rltap_trl._loop import BackgroundLoop
 
 ROWS = [{"question": "What is 2+3?", "answer": "5"}, {"question": "What is 4*5?", "answer": "20"}]
 

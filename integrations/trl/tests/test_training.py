@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 import torch
 from conftest import make_trainer, prompt_dataset
-from rltap_trl import REWARD_FIELD, AgentRollout
 from trl.trainer.utils import selective_log_softmax
 from trl_agents import SHORT, build_calculator_agent, calculator_reward
 
 from rltap_langchain import LangChainAdapter
+from rltap_trl import REWARD_FIELD, AgentRollout
 
 FIDELITY = 1e-5  # fp32 (DESIGN.md's token fidelity invariant)
 TRL_FP32_ROUNDING = 5e-5  # TRL's fp32 path on the tiny model's logits (module docstring)

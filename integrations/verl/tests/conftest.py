@@ -22,7 +22,6 @@ import torch
 import verl
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
-from rltap_verl import RltapAgentLoop, close_worker_proxies
 from transformers import AutoTokenizer
 from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap
 from verl.utils.dataset.rl_dataset import RLHFDataset
@@ -31,6 +30,7 @@ from verl.workers.rollout.replica import TokenOutput
 from rltap.engines.transformers import TransformersEngine
 from rltap.record.types import ModelRequest
 from rltap.testing.models import cached_tiny_model_dir
+from rltap_verl import RltapAgentLoop, close_worker_proxies
 
 # No vendor key or tracer in the environment, telemetry off (as every adapter's tests).
 pytest_plugins = ["rltap.testing.fixtures"]

@@ -131,6 +131,7 @@ async def test_the_worker_shares_one_proxy_and_closes_it(
     build_loop: LoopBuilder, verl_config: DictConfig
 ) -> None:
     import httpx
+
     from rltap_verl import close_worker_proxies
 
     for question in ("1+1?", "2+2?"):

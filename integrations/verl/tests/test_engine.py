@@ -6,11 +6,11 @@ import asyncio
 from typing import Any
 
 import pytest
-from rltap_verl import VerlServerEngine, logprob_convention_of
 from verl.workers.rollout.replica import TokenOutput
 
 from rltap.record.errors import EngineError, InvalidRequest
 from rltap.record.types import Constraint, LogprobConvention, ModelRequest, StopReason
+from rltap_verl import VerlServerEngine, logprob_convention_of
 
 
 class ScriptedServerManager:

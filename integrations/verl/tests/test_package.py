@@ -7,9 +7,10 @@ import sys
 import textwrap
 from importlib.metadata import entry_points, requires, version
 
-import rltap_verl
 from conftest import REPO
 from packaging.requirements import Requirement
+
+import rltap_verl
 
 EXPECTED_ALL = [
     "AGENT_NAME",
@@ -45,11 +46,11 @@ def test_verl_loads_the_plugin_through_its_entry_point() -> None:
     assert plugin.name == "rltap"
 
 
-# A fresh process imports only verl (as each of verl's Ray workers does), which loads the plugin
-# (registering "rltap_agent" with verl's public `register`), builds the loop as verl's worker
-# does (hydra instantiate of the registered class, named as `register` names it), its settings
-# from the `rltap:` section of verl's config, runs one episode and ends without closing the proxy: the
-# plugin's exit hook must stop it, with nothing left pending.
+# A fresh process imports only verl (as each of verl's Ray workers does), which loads the
+# plugin (registering "rltap_agent" with verl's public `register`), builds the loop as verl's
+# worker does (hydra instantiate of the class `register` names), its settings from the `rltap:`
+# section of verl's config, runs one episode and ends without closing the proxy: the plugin's
+# exit hook must stop it, with nothing left pending.
 EXIT_SCRIPT = textwrap.dedent(
     """
     import asyncio, atexit, socket
@@ -80,8 +81,9 @@ EXIT_SCRIPT = textwrap.dedent(
         config = compose("ppo_trainer", overrides=[
             f"actor_rollout_ref.model.path={model}", "actor_rollout_ref.rollout.name=vllm",
             "+rltap.agent=verl_agents:FORKING"])
+    entry = {"_target_": "rltap_verl._agent_loop.RltapAgentLoop"}
     loop = instantiate(
-        {"_target_": "rltap_verl._agent_loop.RltapAgentLoop"}, trainer_config=DictConfigWrap(config),
+        entry, trainer_config=DictConfigWrap(config),
         server_manager=Manager(), tokenizer=AutoTokenizer.from_pretrained(str(model)),
         processor=None, dataset_cls=None, data_config=DictConfigWrap(config.data),
         tools=ToolListWrap([]))
