@@ -47,23 +47,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-NO_GPU = 77
+from qwen_shapes import QWEN2_1_5B  # bench/ is the script's folder: on sys.path
 
-# Qwen2.5-1.5B's shape (its config.json), random weights here.
-QWEN2_1_5B = {
-    "vocab_size": 151936,
-    "hidden_size": 1536,
-    "intermediate_size": 8960,
-    "num_hidden_layers": 28,
-    "num_attention_heads": 12,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 32768,
-    "rope_theta": 1000000.0,
-    "rms_norm_eps": 1e-6,
-    "tie_word_embeddings": True,
-    "bos_token_id": 151643,
-    "eos_token_id": 151645,
-}
+NO_GPU = 77
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -38,26 +38,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+from qwen_shapes import QWEN2_0_5B  # bench/ is the script's folder: on sys.path
+
 NO_GPU = 77
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "langchain_math"
 PLUGIN_YAML = REPO / "integrations" / "verl" / "rltap_agent.yaml"
-
-# Qwen2.5-0.5B's shape (its config.json), random weights here.
-QWEN2_0_5B = {
-    "vocab_size": 151936,
-    "hidden_size": 896,
-    "intermediate_size": 4864,
-    "num_hidden_layers": 24,
-    "num_attention_heads": 14,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 32768,
-    "rope_theta": 1000000.0,
-    "rms_norm_eps": 1e-6,
-    "tie_word_embeddings": True,
-    "bos_token_id": 151643,
-    "eos_token_id": 151645,
-}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -43,21 +43,9 @@ import urllib.request
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
+from qwen_shapes import QWEN2_0_5B  # bench/ is the script's folder: on sys.path
+
 SKIPPED = 77
-QWEN2_0_5B = {
-    "vocab_size": 151936,
-    "hidden_size": 896,
-    "intermediate_size": 4864,
-    "num_hidden_layers": 24,
-    "num_attention_heads": 14,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 32768,
-    "rope_theta": 1000000.0,
-    "rms_norm_eps": 1e-6,
-    "tie_word_embeddings": True,
-    "bos_token_id": 151643,
-    "eos_token_id": 151645,
-}
 PROMPT = [151644, 872, 198, 9707, 11, 1246, 525, 498, 30, 151645, 198, 151644, 77091, 198]
 
 
