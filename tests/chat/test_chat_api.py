@@ -18,16 +18,19 @@ EXPECTED_ALL = [
     "RenderMode",
     "RenderedPrompt",
     "StreamingParser",
+    "TokenizerMismatch",
     "ToolCallArgumentsDelta",
     "ToolCallStartDelta",
     "ToolParser",
     "UnknownNameError",
     "build_output_parser",
     "build_streaming_parser",
+    "check_same_tokenizer",
     "fold_deltas",
     "get_reasoning_parser",
     "get_tool_parser",
     "parse_output",
+    "tokenizer_mismatch",
 ]
 
 
