@@ -17,6 +17,7 @@ Usage:
     workflow = OpenAIProxyWorkflow(agent, proxy_addr=url, admin_key=key)
     episode = await workflow.run_episode({"question": "2+2?"})
     rows = episode_branches(episode)  # [] for a rejected episode: see `episode.error`
+    per_episode = require_branches(episodes)  # AllEpisodesFailed when none left a branch
 """
 
 from __future__ import annotations
@@ -83,12 +84,14 @@ def episode_branches(episode: Episode) -> list[Branch]:
     return [_branch(episode.session_id, leaf) for leaf in concat_leaves(nodes)]
 
 
-def require_branches(episodes: Sequence[Episode]) -> None:
-    """Raise `AllEpisodesFailed` when no episode of `episodes` left a branch."""
-    if any(episode_branches(episode) for episode in episodes):
-        return
-    errors = [episode.error or "the agent made no LLM call" for episode in episodes]
-    raise AllEpisodesFailed(errors)
+def require_branches(episodes: Sequence[Episode]) -> list[list[Branch]]:
+    """Each of `episodes`' branches (`episode_branches`, an empty list for a rejected one);
+    `AllEpisodesFailed` when no episode left a branch."""
+    branches = [episode_branches(episode) for episode in episodes]
+    if not any(branches):
+        errors = [episode.error or "the agent made no LLM call" for episode in episodes]
+        raise AllEpisodesFailed(errors)
+    return branches
 
 
 def _branch(session_id: str, leaf: InteractionWithTokenLogpReward) -> Branch:

@@ -36,7 +36,7 @@ from rltap.engines.transformers import TransformersEngine
 from rltap.engines.vllm import VLLMEngine
 from rltap.record.errors import RltapError
 from rltap.record.types import LogprobConvention
-from rltap.train.shared import generating_module
+from rltap.train.shared import SharedModelSync, generating_module
 
 __all__ = ["Generation", "UnsupportedTrainer", "check_trainer", "in_process", "on_vllm_server"]
 
@@ -124,9 +124,10 @@ def in_process(trainer: Any, chat: ChatConfig, tokenizer: Any) -> Generation:
         version=trainer.state.global_step,
     )
 
+    sync = SharedModelSync(engine)  # the weights are the trainer's: a version and a fresh cache
+
     async def stamp(step: int) -> None:
-        # The weights are the trainer's already: a new version, and no KV cache of old weights.
-        await engine.update_weights({}, version=step, partial=True)
+        await sync.push(model, step)
 
     eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     return Generation(engine, _renderer(rendering, chat, eos), stamp, module)

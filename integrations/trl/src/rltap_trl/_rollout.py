@@ -21,7 +21,7 @@ from rltap.adapter import check_framework
 from rltap.config import ChatConfig, EpisodeConfig, LimitsConfig, ServeConfig
 from rltap.proxy import ProxyServer, create_app
 from rltap.record.sampling import EpisodeSampling, derive_seed
-from rltap.rollout.branches import Branch, episode_branches, require_branches
+from rltap.rollout.branches import Branch, require_branches
 from rltap.rollout.workflow import Episode, OpenAIProxyWorkflow, WorkflowSettings
 from rltap_trl._generation import Generation, check_trainer, in_process, on_vllm_server
 from rltap_trl._loop import BackgroundLoop
@@ -132,12 +132,11 @@ class AgentRollout:
             episodes = await asyncio.gather(*runs)
         finally:
             model.train(training)  # TRL reads the mode it logs under from it
-        require_branches(episodes)
+        branches = require_branches(episodes)
         rows: list[Branch | None] = []
         for group, count in zip(groups, counts, strict=True):
-            mine, episodes = episodes[:count], episodes[count:]
-            branches = [episode_branches(episode) for episode in mine]
-            rows.extend(fill_group(group, branches, self.episodes_per_prompt))
+            mine, branches = branches[:count], branches[count:]
+            rows.extend(fill_group(group, mine, self.episodes_per_prompt))
         return rows
 
     async def _episode(
