@@ -84,9 +84,7 @@ class _Groups:
                     os.killpg(process.pid, signal.SIGKILL)
 
 
-def run_sessions(
-    sessions: Sequence[str], nox: Sequence[str], jobs: int, console: Console
-) -> list[SessionResult]:
+def run_sessions(sessions: Sequence[str], nox: Sequence[str], jobs: int) -> list[SessionResult]:
     """Run `sessions` `jobs` at a time, printing each one's log as it ends."""
     LOGS.mkdir(exist_ok=True)
     groups = _Groups()
@@ -142,9 +140,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.jobs < 1:
         parser.error("--jobs must be >= 1")
     nox = shlex.split(args.nox)
-    console = Console()
-    results = run_sessions(list_sessions(nox), nox, args.jobs, console)
-    console.print(_table(results))
+    results = run_sessions(list_sessions(nox), nox, args.jobs)
+    Console().print(_table(results))
     return 0 if all(result.returncode == 0 for result in results) else 1
 
 
